@@ -1,0 +1,38 @@
+"""The GPU architectures a variant can be compiled for: one table, read by every other module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str  # as it appears in variant names
+    compute_capability: tuple[int, int]
+    gencode: str  # nvcc target flag
+    max_smem_per_block: int  # bytes of dynamic shared memory a block may opt into
+    mma_kinds: tuple[str, ...]  # scoring cores this target can run
+
+
+ARCHS: dict[str, Arch] = {
+    a.name: a
+    for a in (
+        Arch("sm89", (8, 9), "-gencode=arch=compute_89,code=sm_89", 101_376, ("mmasync",)),
+        Arch("sm90a", (9, 0), "-gencode=arch=compute_90a,code=sm_90a", 232_448, ("mmasync",)),
+        Arch("sm100a", (10, 0), "-gencode=arch=compute_100a,code=sm_100a", 232_448, ("mmasync",)),
+    )
+}
+
+
+def arch_for_capability(major: int, minor: int) -> Arch | None:
+    """The arch whose kernels run best on a device of this compute capability, or None if none runs.
+
+    Architecture-specific ("a") targets run only on their exact capability; the portable sm89 build
+    is the fallback for other sm_89+ parts.
+    """
+    for arch in ARCHS.values():
+        if arch.compute_capability == (major, minor):
+            return arch
+    if (major, minor) >= (8, 9):
+        return ARCHS["sm89"]
+    return None

@@ -1,0 +1,177 @@
+"""Compiling variants: rendered sources on disk, a generated build.ninja driving nvcc in parallel.
+
+Layout of the cache (FUSED_MQA_TOPK_CACHE, default ~/.cache/fused-mqa-topk):
+    <variant name>/<variant name>.cu              the rendered source, as compiled
+    <variant name>/<variant name>-<digest>.so     the library; digest = source + flags + nvcc version
+    <variant name>/<variant name>-<digest>.so.log nvcc's output, with ptxas's resource report
+A library is reused while its digest matches, so a changed template or flag never loads a stale
+build. nvcc writes to a temporary name and the result is renamed into place (atomic), and one
+process at a time runs ninja in a cache (a file lock), so no process ever loads a half-written file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .arch import ARCHS
+from .render import render
+from .variant import Variant
+
+CACHE_ENV = "FUSED_MQA_TOPK_CACHE"
+BASE_NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v")
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "fused-mqa-topk")
+
+
+@lru_cache(maxsize=1)
+def nvcc_path() -> str:
+    for candidate in (os.environ.get("NVCC"), shutil.which("nvcc"),
+                      os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise BuildError("nvcc not found: install the CUDA toolkit (12.8 or newer) or set NVCC / CUDA_HOME")
+
+
+@lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    out = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def ninja_path() -> str:
+    found = shutil.which("ninja")
+    if found:
+        return found
+    try:
+        import ninja  # the PyPI package ships the binary
+    except ImportError as e:
+        raise BuildError("ninja not found: pip install ninja") from e
+    return os.path.join(ninja.BIN_DIR, "ninja")
+
+
+def nvcc_flags(v: Variant) -> list[str]:
+    return [*BASE_NVCC_FLAGS, ARCHS[v.arch].gencode]
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    variant: Variant
+    source_text: str
+    flags: tuple[str, ...]
+    source: Path
+    library: Path
+
+    @property
+    def log(self) -> Path:
+        return self.library.with_name(self.library.name + ".log")
+
+    @property
+    def is_built(self) -> bool:
+        return self.library.is_file()
+
+
+def plan(v: Variant, root: Path | None = None) -> BuildPlan:
+    root = root or cache_dir()
+    text = render(v)
+    flags = tuple(nvcc_flags(v))
+    digest = hashlib.sha256("\0".join((text, *flags, nvcc_version())).encode()).hexdigest()[:16]
+    folder = root / v.name
+    return BuildPlan(v, text, flags, folder / f"{v.name}.cu", folder / f"{v.name}-{digest}.so")
+
+
+def _ninja_file(plans: list[BuildPlan]) -> str:
+    lines = [
+        f"nvcc = {nvcc_path()}",
+        "rule nvcc",
+        # $$$$ is the shell's $$ (its pid): each process compiles to its own temporary name.
+        "  command = $nvcc $flags -o $out.tmp.$$$$ $in > $out.log 2>&1 && mv -f $out.tmp.$$$$ $out"
+        " || { cat $out.log; rm -f $out.tmp.$$$$; exit 1; }",
+        "  description = nvcc $out",
+        "",
+    ]
+    for p in plans:
+        lines += [f"build {_esc(p.library)}: nvcc {_esc(p.source)}", f"  flags = {' '.join(p.flags)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _esc(path: Path) -> str:
+    return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def build(variants: list[Variant], jobs: int | None = None, root: Path | None = None, verbose: bool = False) -> list[BuildPlan]:
+    """Builds every variant not yet in the cache (in parallel); returns their plans in order."""
+    root = root or cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    plans = [plan(v, root) for v in variants]
+    for p in plans:
+        p.source.parent.mkdir(parents=True, exist_ok=True)
+        if not p.source.is_file() or p.source.read_text() != p.source_text:
+            tmp = p.source.with_name(f"{p.source.name}.tmp.{os.getpid()}")
+            tmp.write_text(p.source_text)
+            os.replace(tmp, p.source)
+    missing = [p for p in plans if not p.is_built]
+    if not missing:
+        return plans
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        missing = [p for p in missing if not p.is_built]  # another process may have built them meanwhile
+        if missing:
+            ninja_file = root / f"build.{os.getpid()}.ninja"
+            ninja_file.write_text(_ninja_file(missing))
+            cmd = [ninja_path(), "-f", str(ninja_file), "-j", str(jobs or os.cpu_count() or 1)]
+            if not verbose and _ninja_has_quiet():
+                cmd.append("--quiet")
+            proc = subprocess.run(cmd, cwd=root, capture_output=not verbose, text=True)
+            ninja_file.unlink(missing_ok=True)
+            if proc.returncode != 0:
+                failed = [p.variant.name for p in missing if not p.is_built]
+                raise BuildError(f"nvcc failed for {failed}:\n{(proc.stdout or '')[-8000:]}{(proc.stderr or '')[-2000:]}")
+    return plans
+
+
+@lru_cache(maxsize=1)
+def _ninja_has_quiet() -> bool:
+    out = subprocess.run([ninja_path(), "--help"], capture_output=True, text=True)
+    return "--quiet" in (out.stdout + out.stderr)
+
+
+@dataclass(frozen=True)
+class ResourceReport:
+    registers: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+    @property
+    def clean(self) -> bool:
+        return self.stack_bytes == 0 and self.spill_store_bytes == 0 and self.spill_load_bytes == 0
+
+
+def resource_report(p: BuildPlan, kernel: str = "fused_mqa_topk_kernel") -> ResourceReport:
+    """ptxas's registers / stack / spills for the kernel, read from the build log."""
+    text = p.log.read_text()
+    # ptxas prints: Compiling entry function '<mangled>' ... <stack/spill line> ... Used N registers
+    blocks = re.split(r"ptxas info\s*: Compiling entry function", text)
+    for block in blocks[1:]:
+        header = block.splitlines()[0]
+        if kernel not in header:
+            continue
+        regs = re.search(r"Used (\d+) registers", block)
+        spill = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", block)
+        if regs and spill:
+            return ResourceReport(int(regs.group(1)), *(int(x) for x in spill.groups()))
+    raise BuildError(f"no ptxas resource report for {kernel} in {p.log}")

@@ -1,0 +1,37 @@
+"""Rendering a variant's CUDA source from the Jinja templates."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from .variant import Variant
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+# One template per scoring core. The shared headers (templates/common/*.cuh) are pasted into it
+# verbatim by include_raw() -- PTX operands such as {%0, %1} must not meet the Jinja parser -- so a
+# rendered source is one self-contained file: what is compiled is exactly what one reads on disk.
+TEMPLATE_FOR_MMA = {"mmasync": "fused_mqa_topk_mmasync.cu.j2"}
+
+
+def include_raw(relative_path: str) -> str:
+    path = TEMPLATE_DIR / relative_path
+    return f"// ---- begin {relative_path} ----\n{path.read_text()}// ---- end {relative_path} ----\n"
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    env.globals["include_raw"] = include_raw
+    return env
+
+
+def render(v: Variant) -> str:
+    return _environment().get_template(TEMPLATE_FOR_MMA[v.mma]).render(v=v)

@@ -1,0 +1,84 @@
+"""The variant space: the axes, the rule that rejects a point (with its reason), enumeration."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from .arch import ARCHS
+from .variant import Variant
+
+SUPPORTED_HEADS = (32, 64)
+SUPPORTED_TOP_K = (512, 1024, 2048)
+
+# Every axis and the values the tuner may try. heads and top_k are fixed by the model, the others
+# are the tuner's to choose.
+AXES: dict[str, tuple] = {
+    "mma": ("mmasync",),
+    "arch": tuple(ARCHS),
+    "heads": SUPPORTED_HEADS,
+    "top_k": SUPPORTED_TOP_K,
+    "rows": (1, 2, 4),
+    "key_tile": (128, 256),
+    "warps": (4, 8),
+    "stages": (2, 3, 4),
+    "buffer": (1024, 1536, 2048, 3072, 4096, 6144, 8192),
+}
+
+MAX_REGISTERS_PER_THREAD = 232  # 255 minus headroom: the estimate is coarse
+REGISTERS_PER_SM = 65_536
+
+
+def rejection_reason(v: Variant) -> str | None:
+    """Why the point `v` cannot be built or run, or None if it is valid. Checked before compiling."""
+    for axis, allowed in AXES.items():
+        if getattr(v, axis) not in allowed:
+            return f"{axis}={getattr(v, axis)} is not one of {allowed}"
+    arch = ARCHS[v.arch]
+    if v.mma not in arch.mma_kinds:
+        return f"{v.arch} has no {v.mma} scoring core"
+    if v.key_tile % (16 * v.warps):
+        return f"key_tile {v.key_tile} does not split into 16-key mma tiles over {v.warps} warps"
+    if v.buffer < v.top_k + v.key_tile:
+        return f"buffer {v.buffer} < top_k + key_tile = {v.top_k + v.key_tile}: a compacted row could not take a tile"
+    if v.buffer % v.threads:
+        return f"buffer {v.buffer} is not a multiple of the {v.threads} threads that select over it"
+    regs = v.registers_estimate()
+    if regs > MAX_REGISTERS_PER_THREAD:
+        return f"about {regs} registers a thread (rows*heads = {v.rows * v.heads} query columns stay in registers) > {MAX_REGISTERS_PER_THREAD}"
+    if regs * v.threads > REGISTERS_PER_SM:
+        return f"about {regs} registers x {v.threads} threads > {REGISTERS_PER_SM} registers per SM"
+    smem = v.smem_bytes()
+    if smem > arch.max_smem_per_block:
+        return f"{smem} bytes of shared memory > {arch.max_smem_per_block} on {v.arch}"
+    return None
+
+
+def enumerate_space(**fixed) -> Iterator[tuple[Variant, str | None]]:
+    """Every point of the space with its rejection reason (None = valid); `fixed` pins axes."""
+    unknown = set(fixed) - set(AXES)
+    if unknown:
+        raise ValueError(f"unknown axes {sorted(unknown)}; axes are {list(AXES)}")
+    axes = {a: ((fixed[a],) if a in fixed else values) for a, values in AXES.items()}
+    for combo in itertools.product(*axes.values()):
+        v = Variant(**dict(zip(axes, combo)))
+        yield v, rejection_reason(v)
+
+
+def valid_variants(**fixed) -> list[Variant]:
+    return [v for v, reason in enumerate_space(**fixed) if reason is None]
+
+
+def default_variant(heads: int, top_k: int, arch: str = "sm90a") -> Variant:
+    """A sound untuned choice, used where no tuned table names one (tests, first builds)."""
+    rows = 64 // heads
+    v = Variant(mma="mmasync", arch=arch, heads=heads, top_k=top_k, rows=rows, key_tile=256, warps=8, stages=3,
+                buffer=top_k * 2 if top_k >= 1024 else 1024)
+    reason = rejection_reason(v)
+    if reason:
+        # Fall back to the smallest valid footprint (e.g. archs with less shared memory).
+        candidates = valid_variants(mma="mmasync", arch=arch, heads=heads, top_k=top_k)
+        if not candidates:
+            raise ValueError(f"no valid variant for heads={heads}, top_k={top_k} on {arch}: {reason}")
+        v = min(candidates, key=lambda c: c.smem_bytes())
+    return v

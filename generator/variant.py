@@ -1,0 +1,71 @@
+"""A variant: one point of the kernel's parameter space, as a plain immutable value.
+
+Its name encodes every parameter, is filename-safe, and parses back (`Variant.from_name`), so a
+name in a tuned-config table, a cache directory or a log line is the whole description.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields
+
+DIM = 128  # fp8 bytes per key and per query head: fixed by the models this serves
+SMEM_KEY_STRIDE = DIM + 16  # padded shared-memory row of one key (see the kernel template)
+
+
+@dataclass(frozen=True, order=True)
+class Variant:
+    mma: str  # scoring core: "mmasync" (portable fp8 mma.sync)
+    arch: str  # compile target, a key of generator.arch.ARCHS
+    heads: int
+    top_k: int
+    rows: int  # query rows per block
+    key_tile: int  # keys per pipeline stage
+    warps: int
+    stages: int  # key tiles in flight
+    buffer: int  # candidate capacity per row
+
+    # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096
+    _PATTERN = re.compile(
+        r"^mqa_topk_(?P<mma>[a-z]+)_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)"
+        r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)$"
+    )
+
+    @property
+    def name(self) -> str:
+        return (
+            f"mqa_topk_{self.mma}_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}"
+            f"_t{self.key_tile}_w{self.warps}_s{self.stages}_b{self.buffer}"
+        )
+
+    @classmethod
+    def from_name(cls, name: str) -> Variant:
+        m = cls._PATTERN.match(name)
+        if m is None:
+            raise ValueError(f"not a variant name: {name!r}")
+        values = m.groupdict()
+        return cls(**{f.name: (values[f.name] if f.type == "str" else int(values[f.name])) for f in fields(cls)})
+
+    def params(self) -> dict:
+        return asdict(self)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
+        key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
+        scale_ring = self.stages * self.key_tile * 4
+        candidates = 2 * self.rows * self.buffer * 4
+        state = 256 * 4 + 4 * 4 + 8 * self.rows + 4  # select scratch, theta/count per row, block id
+        return key_ring + scale_ring + candidates + _round_up(state, 4)
+
+    def registers_estimate(self) -> int:
+        """Registers a thread needs, from what stays live: query fragments, weights, accumulators."""
+        n = self.rows * self.heads  # (row, head) columns
+        return n + n // 4 + n // 2 + 16 + 40  # q fragments, weights, one m16 tile of acc, A, overhead
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m

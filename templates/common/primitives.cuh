@@ -1,0 +1,51 @@
+// The few hardware primitives the kernels use, each a thin wrapper over one PTX instruction.
+// Kept in one header (included into every rendered kernel) so kernel templates read as plain CUDA.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace prim {
+
+// ---- asynchronous global -> shared copies (sm_80+) --------------------------------------------
+// `src_bytes` < the copy size zero-fills the rest: out-of-range keys read as zeros, never fault.
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, uint32_t src_bytes) {
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src, uint32_t src_bytes) {
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+
+// ---- fp8 tensor-core product (sm_89+: Ada, Hopper, Blackwell) ---------------------------------
+// D[16x8] += A[16x32] * B[32x8], e4m3 inputs, fp32 accumulators. Fragment ownership (lane = 4*g + t):
+//   a[0]: A row g,   k 4t..4t+3     a[1]: A row g+8, k 4t..4t+3
+//   a[2]: A row g,   k 16+4t..+3    a[3]: A row g+8, k 16+4t..+3
+//   b[0]: B col g,   k 4t..4t+3     b[1]: B col g,   k 16+4t..+3
+//   d[0..1]: row g, cols 2t, 2t+1   d[2..3]: row g+8, cols 2t, 2t+1
+__device__ __forceinline__ void mma_e4m3_16x8x32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- order-preserving score codes ------------------------------------------------------------
+// Maps fp32 to uint32 so that unsigned comparison is float comparison (-0 is folded onto +0 first;
+// NaN lands beyond +-inf and is handled as an ordinary extreme value, never a trap).
+__device__ __forceinline__ uint32_t score_code(float s) {
+    const uint32_t bits = __float_as_uint(s + 0.0f);
+    return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+__device__ __forceinline__ uint32_t lanemask_lt() {
+    uint32_t mask;
+    asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));
+    return mask;
+}
+
+}  // namespace prim

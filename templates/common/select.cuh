@@ -1,0 +1,135 @@
+// Exact top-k selection over a candidate list in shared memory, by the whole CTA.
+//
+// Candidates are (score code, key) pairs; codes are order-preserving uint32 (prim::score_code), so
+// the k-th largest code is found by four 8-bit radix passes over a 256-bin histogram, and the
+// top k are every code above it plus as many codes equal to it as the rank needs (which of several
+// equal boundary keys is kept is arbitrary, as the contract allows).
+//
+// Barrier discipline: call with every thread of the CTA, after a barrier that published the list;
+// every function returns after a barrier, so the caller may reuse the list and the scratch at once.
+#pragma once
+
+namespace sel {
+
+struct Scratch {
+    uint32_t hist[256];
+    uint32_t prefix;     // the k-th code's bits found so far
+    uint32_t remaining;  // its rank among the codes that share those bits
+    int slot_counter;    // next output slot
+    int equal_taken;     // codes equal to the k-th code kept so far
+};
+
+// The k-th largest code of codes[0, n), 1 <= k <= n; *take_equal receives how many codes equal to
+// it belong to the top k.
+template <int kThreads>
+__device__ uint32_t kth_largest_code(const uint32_t* codes, int n, int k, Scratch& s, uint32_t* take_equal) {
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    uint32_t prefix = 0;
+    uint32_t remaining = static_cast<uint32_t>(k);
+#pragma unroll 1
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += kThreads) s.hist[i] = 0;
+        __syncthreads();
+        const uint32_t known_bits = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
+        for (int i = tid; i < n; i += kThreads) {
+            const uint32_t c = codes[i];
+            if (((c ^ prefix) & known_bits) == 0) atomicAdd(&s.hist[(c >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid < 32) {
+            // Lane l owns bins 255-8l down to 248-8l; a scan over lanes finds the bin holding rank
+            // `remaining`, counted from the top.
+            uint32_t counts[8];
+            uint32_t lane_total = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                counts[j] = s.hist[255 - 8 * lane - j];
+                lane_total += counts[j];
+            }
+            uint32_t inclusive = lane_total;
+#pragma unroll
+            for (int offset = 1; offset < 32; offset <<= 1) {
+                const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
+                if (lane >= offset) inclusive += v;
+            }
+            uint32_t above = inclusive - lane_total;
+            if (above < remaining && remaining <= inclusive) {
+                bool found = false;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    if (!found && above + counts[j] >= remaining) {
+                        found = true;
+                        s.prefix = prefix | (static_cast<uint32_t>(255 - 8 * lane - j) << shift);
+                        s.remaining = remaining - above;
+                    }
+                    if (!found) above += counts[j];
+                }
+            }
+        }
+        __syncthreads();
+        prefix = s.prefix;
+        remaining = s.remaining;
+    }
+    *take_equal = remaining;
+    return prefix;
+}
+
+// Calls emit(slot, code, key) once for each of the top min(k, n) candidates of codes/keys[0, n),
+// with distinct slots in [0, min(k, n)). Candidates are staged in registers behind a barrier before
+// any emit, so emit may overwrite the list itself (in-place compaction). Returns the k-th largest
+// code when n > k (0 otherwise).
+template <int kThreads, int kCapacity, typename Emit>
+__device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, int k, Scratch& s, Emit emit) {
+    static_assert(kCapacity % kThreads == 0, "candidate capacity must be a multiple of the CTA size");
+    constexpr int kPerThread = kCapacity / kThreads;
+    const int tid = threadIdx.x;
+    uint32_t kth = 0;               // with n <= k every candidate is kept
+    uint32_t take_equal = 0xFFFFFFFFu;
+    if (n > k) kth = kth_largest_code<kThreads>(codes, n, k, s, &take_equal);
+
+    uint32_t my_codes[kPerThread];
+    int my_keys[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+        const int i = tid + j * kThreads;
+        my_codes[j] = i < n ? codes[i] : 0u;
+        my_keys[j] = i < n ? keys[i] : 0;
+    }
+    if (tid == 0) {
+        s.slot_counter = 0;
+        s.equal_taken = 0;
+    }
+    __syncthreads();
+
+    const uint32_t lanes_below = prim::lanemask_lt();
+    const int lane = tid & 31;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+        const int i = tid + j * kThreads;
+        const bool live = i < n;
+        // Codes equal to the k-th: admit the first take_equal of them (warp-aggregated counter).
+        const bool equal = live && my_codes[j] == kth;
+        const uint32_t equal_mask = __ballot_sync(0xFFFFFFFFu, equal);
+        bool keep = live && my_codes[j] > kth;
+        if (equal_mask) {
+            int base = 0;
+            const int leader = __ffs(equal_mask) - 1;
+            if (lane == leader) base = atomicAdd(&s.equal_taken, __popc(equal_mask));
+            base = __shfl_sync(0xFFFFFFFFu, base, leader);
+            if (equal) keep = static_cast<uint32_t>(base + __popc(equal_mask & lanes_below)) < take_equal;
+        }
+        const uint32_t keep_mask = __ballot_sync(0xFFFFFFFFu, keep);
+        if (keep_mask) {
+            int base = 0;
+            const int leader = __ffs(keep_mask) - 1;
+            if (lane == leader) base = atomicAdd(&s.slot_counter, __popc(keep_mask));
+            base = __shfl_sync(0xFFFFFFFFu, base, leader);
+            if (keep) emit(base + __popc(keep_mask & lanes_below), my_codes[j], my_keys[j]);
+        }
+    }
+    __syncthreads();
+    return kth;
+}
+
+}  // namespace sel
