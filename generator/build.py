@@ -93,6 +93,15 @@ def plan(v: Variant, root: Path | None = None) -> BuildPlan:
     return BuildPlan(v, text, flags, folder / f"{v.name}.cu", folder / f"{v.name}-{digest}.so")
 
 
+def write_source(p: BuildPlan) -> None:
+    """Puts the rendered source on disk (atomically; untouched if unchanged, so mtimes stay)."""
+    p.source.parent.mkdir(parents=True, exist_ok=True)
+    if not p.source.is_file() or p.source.read_text() != p.source_text:
+        tmp = p.source.with_name(f"{p.source.name}.tmp.{os.getpid()}")
+        tmp.write_text(p.source_text)
+        os.replace(tmp, p.source)
+
+
 def _ninja_file(plans: list[BuildPlan]) -> str:
     lines = [
         f"nvcc = {nvcc_path()}",
@@ -118,11 +127,7 @@ def build(variants: list[Variant], jobs: int | None = None, root: Path | None = 
     root.mkdir(parents=True, exist_ok=True)
     plans = [plan(v, root) for v in variants]
     for p in plans:
-        p.source.parent.mkdir(parents=True, exist_ok=True)
-        if not p.source.is_file() or p.source.read_text() != p.source_text:
-            tmp = p.source.with_name(f"{p.source.name}.tmp.{os.getpid()}")
-            tmp.write_text(p.source_text)
-            os.replace(tmp, p.source)
+        write_source(p)
     missing = [p for p in plans if not p.is_built]
     if not missing:
         return plans

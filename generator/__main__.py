@@ -1,0 +1,134 @@
+"""python -m generator {list, render, build, check, tune}"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .space import AXES, enumerate_space
+
+
+def _fixed_axes(args) -> dict:
+    return {a: getattr(args, a) for a in ("heads", "top_k", "arch") if getattr(args, a, None) is not None}
+
+
+def cmd_list(args) -> int:
+    shown = 0
+    for v, reason in enumerate_space(**_fixed_axes(args)):
+        if reason is None:
+            print(v.name)
+            shown += 1
+        elif args.invalid:
+            print(f"{v.name}  REJECTED: {reason}")
+    print(f"# {shown} valid variants", file=sys.stderr)
+    return 0
+
+
+def cmd_render(args) -> int:
+    from .build import build, plan, write_source
+    from .variant import Variant
+
+    variants = [Variant.from_name(n) for n in args.names]
+    if args.compile:
+        plans = build(variants)
+    else:
+        plans = [plan(v) for v in variants]
+        for p in plans:
+            write_source(p)
+    for p in plans:
+        print(p.source_text if args.stdout else p.source)
+    return 0
+
+
+def cmd_build(args) -> int:
+    from .build import build, resource_report
+    from .shipped import shipped_variants
+    from .variant import Variant
+
+    variants = [Variant.from_name(n) for n in args.names]
+    if args.shipped:
+        variants += shipped_variants()
+    if args.all:
+        variants += [v for v, reason in enumerate_space(**_fixed_axes(args)) if reason is None]
+    if not variants:
+        print("nothing to build: name variants, or pass --shipped or --all", file=sys.stderr)
+        return 2
+    variants = sorted(set(variants))
+    plans = build(variants, jobs=args.jobs)
+    dirty = 0
+    for p in plans:
+        r = resource_report(p)
+        dirty += not r.clean
+        print(f"{p.variant.name}  regs={r.registers} stack={r.stack_bytes} spills={r.spill_store_bytes}/{r.spill_load_bytes}"
+              f"  smem={p.variant.smem_bytes()}  {p.library}")
+    print(f"# built {len(plans)} variants, {dirty} with stack or spills", file=sys.stderr)
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .check import main
+
+    return main(args)
+
+
+def cmd_tune(args) -> int:
+    from .tune import main
+
+    return main(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m generator", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def axes(p):
+        p.add_argument("--heads", type=int, choices=AXES["heads"])
+        p.add_argument("--top-k", dest="top_k", type=int, choices=AXES["top_k"])
+        p.add_argument("--arch", choices=AXES["arch"])
+
+    p = sub.add_parser("list", help="the variant space: valid names (and rejected points with --invalid)")
+    axes(p)
+    p.add_argument("--invalid", action="store_true", help="also print rejected points and why")
+    p.set_defaults(fn=cmd_list)
+
+    p = sub.add_parser("render", help="render variants' sources into the cache and print their paths")
+    p.add_argument("names", nargs="+")
+    p.add_argument("--stdout", action="store_true", help="print the source instead")
+    p.add_argument("--compile", action="store_true", help="also compile")
+    p.set_defaults(fn=cmd_render)
+
+    p = sub.add_parser("build", help="compile variants with nvcc (no GPU needed); prints ptxas resources")
+    p.add_argument("names", nargs="*")
+    p.add_argument("--shipped", action="store_true", help="every variant the tuned tables and defaults name")
+    p.add_argument("--all", action="store_true", help="every valid point (narrow with --heads/--top-k/--arch)")
+    p.add_argument("-j", "--jobs", type=int)
+    axes(p)
+    p.set_defaults(fn=cmd_build)
+
+    p = sub.add_parser("check", help="GPU: verify variants against the reference on every family, and time them")
+    p.add_argument("--variant", action="append", default=[], help="variant name (default: the default per heads/top_k)")
+    p.add_argument("--family", action="append", help="workload family (default: all)")
+    p.add_argument("--rows", type=int, default=384)
+    p.add_argument("--keys", type=int, default=12_288)
+    p.add_argument("--dense", action="store_true", help="also verify the dense path")
+    p.add_argument("--large", action="append", default=[], metavar="MxN", help="spot-check a large causal chunk")
+    p.add_argument("--sample-rows", type=int, default=48, help="rows verified in a --large chunk")
+    p.add_argument("--time", action="append", default=[], metavar="MxN", help="time fused vs dense on a causal chunk")
+    p.add_argument("--log", help="append JSON lines here")
+    p.set_defaults(fn=cmd_check)
+
+    from .tune import add_arguments
+
+    p = sub.add_parser("tune", help="GPU: tune variants per shape bucket with optuna; write tuned_configs/<GPU>.json")
+    add_arguments(p)
+    p.set_defaults(fn=cmd_tune)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

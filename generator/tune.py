@@ -1,0 +1,279 @@
+"""`python -m generator tune`: per shape bucket, an optuna study over the variant space on this GPU.
+
+For each bucket (heads, top_k, rows, keys) the tuner
+  1. times the dense path once on the bucket's inputs (a causal chunk of random data);
+  2. asks optuna for a batch of variants (the default variant first), rejects invalid points with
+     their reason (pruned trials), builds the rest in parallel, and for each one verifies its
+     output against the reference before timing it (a wrong variant is a failed trial, never a time);
+  3. records the best variant, its time and the dense time in tuned_configs/<GPU>.json, so the
+     runtime knows per bucket whether fused beats dense on this GPU.
+The table is rewritten after every bucket, merged with the buckets it already holds.
+
+The measuring is behind a small interface (Measurer) so the bookkeeping runs on a CPU in tests.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from runtime.table import Entry, load_table, save_table, table_dir, table_path
+
+from .arch import arch_for_capability
+from .space import AXES, default_variant, enumerate_space, rejection_reason
+from .variant import Variant
+
+TUNED_AXES = ("rows", "key_tile", "warps", "stages", "buffer")
+DEFAULT_SHAPES = ((4096, 32_768), (16_384, 131_072))  # (rows, keys): a short and a long causal chunk
+
+
+@dataclass(frozen=True, order=True)
+class Bucket:
+    heads: int
+    top_k: int
+    rows: int
+    keys: int
+
+    @property
+    def name(self) -> str:
+        return f"h{self.heads}_k{self.top_k}_m{self.rows}_n{self.keys}"
+
+
+class VerificationError(RuntimeError):
+    """A variant's output broke the contract on the bucket's inputs."""
+
+
+class Measurer(Protocol):
+    def dense_ms(self, bucket: Bucket) -> float: ...
+
+    def fused_ms(self, variant: Variant, bucket: Bucket) -> float:
+        """Verified time of `variant` on the bucket's inputs; raises VerificationError if wrong."""
+        ...
+
+
+def tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, list]:
+    """Per tuned axis, the values that occur in at least one valid variant (the rest would only
+    ever be rejected)."""
+    seen: dict[str, set] = {a: set() for a in TUNED_AXES}
+    for v, reason in enumerate_space(mma="mmasync", arch=arch, heads=heads, top_k=top_k):
+        if reason is None:
+            for a in TUNED_AXES:
+                seen[a].add(getattr(v, a))
+    return {a: sorted(values) for a, values in seen.items()}
+
+
+@dataclass
+class BucketResult:
+    bucket: Bucket
+    best: Variant | None
+    fused_ms: float
+    dense_ms: float
+    trials: int
+    rejected: int
+    failed: int
+
+    def entry(self) -> Entry | None:
+        if self.best is None:
+            return None
+        b = self.bucket
+        return Entry(b.heads, b.top_k, b.rows, b.keys, self.best.name, round(self.fused_ms, 4), round(self.dense_ms, 4))
+
+
+def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
+                storage: str | None = None, build_fn=None, log=print) -> BucketResult:
+    """One optuna study for one bucket; `build_fn(variants)` compiles a batch before it is measured."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    choices = tunable_choices(arch, bucket.heads, bucket.top_k)
+    study = optuna.create_study(
+        study_name=f"{arch}_{bucket.name}", storage=storage, load_if_exists=True, direction="minimize",
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, trials)))
+    default = default_variant(bucket.heads, bucket.top_k, arch)
+    if not study.trials:
+        study.enqueue_trial({a: getattr(default, a) for a in TUNED_AXES})
+
+    dense_ms = measurer.dense_ms(bucket)
+    log(f"[{bucket.name}] dense {dense_ms:.3f} ms")
+    measured: dict[str, float | None] = {}  # by variant name; None = failed verification
+    rejected = failed = 0
+    done = len(study.trials)
+    while done < trials:
+        asked = []
+        for _ in range(min(batch, trials - done)):
+            trial = study.ask()
+            v = Variant(mma="mmasync", arch=arch, heads=bucket.heads, top_k=bucket.top_k,
+                        **{a: trial.suggest_categorical(a, choices[a]) for a in TUNED_AXES})
+            asked.append((trial, v))
+        done += len(asked)
+        to_build = []
+        for trial, v in asked:
+            reason = rejection_reason(v)
+            if reason:
+                trial.set_user_attr("rejected", reason)
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                rejected += 1
+            elif v.name not in measured:
+                to_build.append(v)
+        if build_fn and to_build:
+            build_fn(sorted(set(to_build)))
+        for trial, v in asked:
+            if trial.user_attrs.get("rejected"):
+                continue
+            if v.name not in measured:
+                try:
+                    measured[v.name] = measurer.fused_ms(v, bucket)
+                    log(f"[{bucket.name}] {v.name}: {measured[v.name]:.3f} ms")
+                except VerificationError as e:
+                    measured[v.name] = None
+                    log(f"[{bucket.name}] {v.name}: WRONG ({e})")
+            trial.set_user_attr("variant", v.name)
+            if measured[v.name] is None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                failed += 1
+            else:
+                study.tell(trial, measured[v.name])
+    good = {n: ms for n, ms in measured.items() if ms is not None}
+    # Trials from an earlier run of a stored study count too.
+    for t in study.trials:
+        if t.state == optuna.trial.TrialState.COMPLETE and "variant" in t.user_attrs:
+            good.setdefault(t.user_attrs["variant"], t.value)
+    if not good:
+        return BucketResult(bucket, None, math.inf, dense_ms, done, rejected, failed)
+    best_name = min(good, key=good.get)
+    return BucketResult(bucket, Variant.from_name(best_name), good[best_name], dense_ms, done, rejected, failed)
+
+
+def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
+    """New entries replace old ones of the same bucket; the others stay."""
+    key = lambda e: (e.heads, e.top_k, e.rows, e.keys)  # noqa: E731
+    merged = {key(e): e for e in old}
+    merged.update({key(e): e for e in new})
+    return list(merged.values())
+
+
+def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, trials: int, out_dir: Path,
+        time_budget_s: float | None = None, storage: str | None = None, build_fn=None, meta: dict | None = None,
+        log=print) -> list[BucketResult]:
+    """Tunes each bucket in turn, rewriting the table after each; stops at the time budget."""
+    path = table_path(gpu_name, out_dir)
+    results = []
+    start = time.monotonic()
+    for bucket in buckets:
+        if time_budget_s is not None and time.monotonic() - start > time_budget_s:
+            log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
+            break
+        r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, log=log)
+        results.append(r)
+        entry = r.entry()
+        if entry is not None:
+            save_table(path, gpu_name, merge_entries(load_table(path) or [], [entry]),
+                       {"arch": arch, "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                        **(meta or {})})
+            log(f"[{bucket.name}] best {entry.variant}: fused {entry.fused_ms:.3f} ms, dense {entry.dense_ms:.3f} ms "
+                f"-> {entry.use} ({entry.dense_ms / entry.fused_ms:.2f}x)")
+    return results
+
+
+class GpuMeasurer:
+    """Times on the local GPU; inputs are a causal chunk of random data per bucket."""
+
+    def __init__(self, seed: int = 0, verify_rows: int = 64):
+        self.seed = seed
+        self.verify_rows = verify_rows
+        self._workloads: dict[Bucket, object] = {}
+
+    def workload(self, bucket: Bucket):
+        from runtime.workloads import make_workload
+
+        if bucket not in self._workloads:
+            self._workloads.clear()  # one bucket's inputs on the GPU at a time
+            self._workloads[bucket] = make_workload("random", bucket.rows, bucket.keys, bucket.heads, bucket.top_k,
+                                                    seed=self.seed, device="cuda")
+        return self._workloads[bucket]
+
+    def dense_ms(self, bucket: Bucket) -> float:
+        from runtime.dense import dense_mqa_topk
+
+        from .timing import median_ms
+
+        wl = self.workload(bucket)
+        return median_ms(lambda: dense_mqa_topk(*wl.args(), validate=False), reps=5)
+
+    def fused_ms(self, variant: Variant, bucket: Bucket) -> float:
+        import torch
+
+        from runtime.fused import launch_variant
+        from runtime.verify import verify_topk
+
+        from .check import POISON
+        from .timing import median_ms
+
+        wl = self.workload(bucket)
+        args = (variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k)
+        out = torch.full((wl.rows, wl.top_k), POISON, dtype=torch.int32, device="cuda")
+        launch_variant(*args, out=out)
+        g = torch.Generator().manual_seed(self.seed)
+        rows = set(torch.randint(0, wl.rows, (self.verify_rows,), generator=g).tolist()) | {0, wl.rows - 1}
+        report = verify_topk(out, *wl.args(), rows=sorted(rows))
+        if not report.ok:
+            raise VerificationError(report.summary())
+        return median_ms(lambda: launch_variant(*args, out=out))
+
+
+def default_buckets(heads=None, top_k=None, shapes=DEFAULT_SHAPES) -> list[Bucket]:
+    return [Bucket(h, k, m, n) for h in (heads or AXES["heads"]) for k in (top_k or AXES["top_k"]) for m, n in shapes]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--heads", type=int, action="append", choices=AXES["heads"], help="(repeatable) default: all")
+    p.add_argument("--top-k", dest="top_k", type=int, action="append", choices=AXES["top_k"], help="(repeatable)")
+    p.add_argument("--shape", action="append", metavar="MxN",
+                   help=f"chunk rows x keys of a bucket (repeatable); default: {' '.join(f'{m}x{n}' for m, n in DEFAULT_SHAPES)}")
+    p.add_argument("--trials", type=int, default=10, help="optuna trials per bucket (default 10)")
+    p.add_argument("--time-budget", type=float, default=20.0, help="minutes; buckets left when it runs out are skipped")
+    p.add_argument("--storage", help="optuna storage URL (e.g. sqlite:///tune.db) to resume studies")
+    p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: tuned_configs/)")
+
+
+def main(args) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("python -m generator tune: no CUDA GPU here, and tuning times kernels on the GPU it tunes for.\n"
+              "Without a GPU you can:\n"
+              "  python -m generator list             # the variant space (--invalid: rejected points and why)\n"
+              "  python -m generator build --shipped  # compile every shipped variant with nvcc\n"
+              "  python -m pytest -q tests            # the CPU test suite\n"
+              "and on a machine with an sm_89+ GPU, run this command again.", file=sys.stderr)
+        return 2
+    gpu = torch.cuda.get_device_name()
+    arch = arch_for_capability(*torch.cuda.get_device_capability())
+    if arch is None:
+        print(f"{gpu} has no fp8 tensor cores (needs sm_89+): the dense path serves it; nothing to tune.", file=sys.stderr)
+        return 2
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        print("optuna is missing: pip install optuna", file=sys.stderr)
+        return 2
+    from .build import build
+
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shape] if args.shape else DEFAULT_SHAPES
+    buckets = default_buckets(args.heads, args.top_k, shapes)
+    out_dir = args.out_dir or table_dir()
+    print(f"tuning {len(buckets)} buckets on {gpu} ({arch.name}), {args.trials} trials each, "
+          f"budget {args.time_budget:.0f} min -> {table_path(gpu, out_dir)}", flush=True)
+    meta = {"torch": torch.__version__, "cuda": torch.version.cuda,
+            "command": "python -m generator tune " + " ".join(sys.argv[2:])}
+    results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
+                  storage=args.storage, build_fn=lambda vs: build(vs), meta=meta,
+                  log=lambda s: print(s, flush=True))
+    tuned = [r for r in results if r.best is not None]
+    print(f"\n{len(tuned)}/{len(buckets)} buckets tuned; table: {table_path(gpu, out_dir)}")
+    return 0 if len(tuned) == len(buckets) else 1

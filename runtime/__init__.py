@@ -1,0 +1,43 @@
+"""Sparse-attention indexer top-k for DeepSeek-V3.2 / GLM-5-class models.
+
+    idx = fused_mqa_topk(q, (k_fp8, k_scale), weights, cu_seqlen_ks, cu_seqlen_ke, top_k)
+
+returns, for every query row, the indices (relative to its ks) of its top_k keys by
+score[i, j] = k_scale[j] * sum_h weights[i, h] * relu(q[i, h] . k[j]); -1 pads rows that see fewer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from generator.variant import Variant
+
+from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs
+from .dense import dense_mqa_topk
+from .dispatch import choose_variant
+from .fused import fused_op
+from .reference import reference_mqa_topk
+
+__all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "choose_variant", "check_inputs",
+           "SUPPORTED_HEADS", "SUPPORTED_TOP_K", "Problem"]
+
+
+def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, variant: Variant | str | None = None,
+                   validate: bool = True) -> torch.Tensor:
+    """Top-k key indices per query row, int32 [M, top_k], relative to cu_seqlen_ks, -1 padded.
+
+    Runs the fused kernel the GPU's tuned table picks (or `variant`, to force one), else the dense
+    path, which gives the same answer. validate=False skips the value checks that read inputs back
+    from the GPU (a synchronisation; needed off inside CUDA graphs); shape/dtype checks always run.
+    """
+    problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
+    k_fp8, k_scale = kv
+    if variant is None:
+        variant = choose_variant(problem)
+    elif isinstance(variant, str):
+        variant = Variant.from_name(variant)
+    if variant is None:
+        return dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, validate=False)
+    if problem.device.type != "cuda":
+        raise ValueError(f"variant {variant.name} needs CUDA tensors; q is on {problem.device}")
+    return fused_op(q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, variant.name)

@@ -1,0 +1,53 @@
+"""The fused path: one launch of a compiled variant, registered as a torch custom op."""
+
+from __future__ import annotations
+
+import torch
+
+from generator.variant import Variant
+
+from .loader import load
+
+
+def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, rows_per_block: int) -> torch.Tensor:
+    """Row blocks ordered by their longest row's visible keys, most first (persistent CTAs claim
+    them in this order, so the long blocks start early and the short ones fill the tail)."""
+    rows = ks.shape[0]
+    blocks = -(-rows // rows_per_block)
+    visible = (ke - ks).clamp(min=0)
+    visible = torch.nn.functional.pad(visible, (0, blocks * rows_per_block - rows))
+    return visible.view(blocks, rows_per_block).amax(1).argsort(descending=True, stable=True).to(torch.int32)
+
+
+def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: int,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """Runs `variant` on the current stream (into `out` if given). Inputs must satisfy the contract."""
+    if variant.heads != q.shape[1] or variant.top_k != top_k:
+        raise ValueError(f"{variant.name} serves heads={variant.heads}, top_k={variant.top_k}; "
+                         f"got heads={q.shape[1]}, top_k={top_k}")
+    rows, keys = q.shape[0], k_fp8.shape[0]
+    if out is None:
+        out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
+    elif tuple(out.shape) != (rows, top_k) or out.dtype != torch.int32 or not out.is_contiguous():
+        raise ValueError(f"out: expected a contiguous int32 [{rows}, {top_k}] tensor")
+    if rows == 0:
+        return out
+    lib = load(variant)
+    order = heaviest_first(ks, ke, variant.rows)
+    counter = torch.empty(1, dtype=torch.int32, device=q.device)
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        lib.launch(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
+                   ke.data_ptr(), out.data_ptr(), order.data_ptr(), counter.data_ptr(), rows, keys, stream)
+    return out
+
+
+@torch.library.custom_op("fused_mqa_topk::fused", mutates_args=())
+def fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, weights: torch.Tensor,
+             ks: torch.Tensor, ke: torch.Tensor, top_k: int, variant: str) -> torch.Tensor:
+    return launch_variant(Variant.from_name(variant), q, k_fp8, k_scale, weights, ks, ke, top_k)
+
+
+@fused_op.register_fake
+def _fused_op_fake(q, k_fp8, k_scale, weights, ks, ke, top_k, variant):
+    return q.new_empty((q.shape[0], top_k), dtype=torch.int32)

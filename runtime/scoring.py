@@ -1,0 +1,103 @@
+"""Index scores in torch, for blocks of rows and keys, and the loop that turns them into top-k.
+
+    score[i, j] = k_scale[j] * sum_h weights[i, h] * max(0, dot(q[i, h], k[j]))
+
+Two products compute the dot products: exact fp32 from the fp8 values (the reference) and fp8
+tensor cores through torch._scaled_mm (the dense path on sm_89+ GPUs). Both run in pieces so that
+any shape fits in a memory budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+
+# A product maps (q rows [r, H, 128] e4m3, keys [n, 128] e4m3) to fp32 dot products [r, H, n].
+Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@contextlib.contextmanager
+def _exact_fp32_matmul():
+    """TF32 off for the duration (the reference must not round its inputs to 10 mantissa bits)."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def fp32_product(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    r, h, d = q.shape
+    with _exact_fp32_matmul():
+        return (q.reshape(r * h, d).float() @ k.float().T).view(r, h, -1)
+
+
+def fp8_tensor_core_product(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    r, h, d = q.shape
+    n = k.shape[0]
+    pad = -n % 16  # _scaled_mm wants every extent a multiple of 16
+    if pad:
+        k = torch.cat([k.view(torch.uint8), k.new_zeros((pad, d), dtype=torch.uint8)]).view(torch.float8_e4m3fn)
+    one = torch.ones((), dtype=torch.float32, device=q.device)
+    out = torch._scaled_mm(q.reshape(r * h, d), k.T, scale_a=one, scale_b=one, out_dtype=torch.float32)
+    return out[:, :n].view(r, h, n)
+
+
+def has_fp8_tensor_cores(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def score_block(product: Product, q, k_fp8, k_scale, weights, rows: slice, lo: int, hi: int,
+                work_bytes: int = 1 << 30) -> torch.Tensor:
+    """fp32 scores [rows, hi - lo] of keys [lo, hi) for the given rows, in chunks of keys whose
+    [rows, heads, keys] intermediate stays under work_bytes."""
+    qr, wr = q[rows], weights[rows]
+    r, h = wr.shape
+    out = torch.empty((r, hi - lo), dtype=torch.float32, device=q.device)
+    step = max(16, (work_bytes // max(1, 4 * r * h)) // 16 * 16)  # keys per chunk
+    for a in range(lo, hi, step):
+        b = min(hi, a + step)
+        dots = product(qr, k_fp8[a:b]).clamp_(min=0).mul_(wr[:, :, None])  # elementwise: no TF32 anywhere
+        out[:, a - lo:b - lo] = dots.sum(1).mul_(k_scale[a:b])
+    return out
+
+
+def row_pieces(ks: list[int], ke: list[int], budget_bytes: int):
+    """Consecutive row ranges whose [rows, union key span] fp32 block fits the budget (at least one
+    row each), as (first_row, end_row, lo, hi)."""
+    rows = len(ks)
+    start = 0
+    while start < rows:
+        lo, hi = ks[start], ke[start]
+        end = start + 1
+        while end < rows:
+            nlo, nhi = min(lo, ks[end]), max(hi, ke[end])
+            if (end + 1 - start) * (nhi - nlo) * 4 > budget_bytes:
+                break
+            lo, hi, end = nlo, nhi, end + 1
+        yield start, end, lo, hi
+        start = end
+
+
+def topk_by_pieces(product: Product, q, k_fp8, k_scale, weights, ks: torch.Tensor, ke: torch.Tensor, top_k: int,
+                   budget_bytes: int) -> torch.Tensor:
+    """Top-k indices (relative to ks, -1 padded) from materialised score pieces of budget_bytes."""
+    rows = q.shape[0]
+    out = torch.full((rows, top_k), -1, dtype=torch.int32, device=q.device)
+    ks_h, ke_h = ks.tolist(), ke.tolist()
+    for r0, r1, lo, hi in row_pieces(ks_h, ke_h, budget_bytes):
+        if hi <= lo:
+            continue
+        scores = score_block(product, q, k_fp8, k_scale, weights, slice(r0, r1), lo, hi)
+        key = torch.arange(lo, hi, device=q.device)
+        visible = (key >= ks[r0:r1, None]) & (key < ke[r0:r1, None])
+        scores.masked_fill_(~visible, float("-inf"))
+        kk = min(top_k, hi - lo)
+        values, idx = scores.topk(kk, dim=1)
+        rel = (idx + lo - ks[r0:r1, None]).to(torch.int32)
+        rel.masked_fill_(values == float("-inf"), -1)
+        out[r0:r1, :kk] = rel
+    return out

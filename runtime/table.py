@@ -1,0 +1,90 @@
+"""Tuned-config tables: one JSON file per GPU model in tuned_configs/, and the nearest-bucket lookup.
+
+A table is plain data, written by `python -m generator tune`:
+    {"gpu": "NVIDIA H200", "entries": [{"heads": 32, "top_k": 2048, "rows": 4096, "keys": 131072,
+      "variant": "mqa_topk_...", "fused_ms": 1.9, "dense_ms": 4.1, "use": "fused"}, ...], ...}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+TABLE_DIR_ENV = "FUSED_MQA_TOPK_TABLES"
+DEFAULT_TABLE_DIR = Path(__file__).resolve().parent.parent / "tuned_configs"
+
+
+@dataclass(frozen=True)
+class Entry:
+    heads: int
+    top_k: int
+    rows: int  # chunk rows (M) the bucket was tuned at
+    keys: int  # chunk keys (N) the bucket was tuned at
+    variant: str  # best fused variant's name
+    fused_ms: float
+    dense_ms: float
+
+    @property
+    def use(self) -> str:
+        return "fused" if self.fused_ms < self.dense_ms else "dense"
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "use": self.use, "speedup": round(self.dense_ms / self.fused_ms, 3)}
+
+
+def table_dir() -> Path:
+    return Path(os.environ.get(TABLE_DIR_ENV) or DEFAULT_TABLE_DIR)
+
+
+def table_key(gpu_name: str) -> str:
+    """The one place a device name becomes a file name: 'NVIDIA H200' -> 'NVIDIA_H200'."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", gpu_name).strip("_")
+
+
+def table_path(gpu_name: str, directory: Path | None = None) -> Path:
+    return (directory or table_dir()) / f"{table_key(gpu_name)}.json"
+
+
+def load_table(path: Path) -> list[Entry] | None:
+    """The entries of a table file, or None if there is none (cached until the file changes)."""
+    try:
+        mtime = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    return _load(str(path), mtime)
+
+
+@lru_cache(maxsize=16)
+def _load(path: str, mtime: int) -> list[Entry]:
+    data = json.loads(Path(path).read_text())
+    keys = {f for f in Entry.__dataclass_fields__}
+    return [Entry(**{k: e[k] for k in keys}) for e in data["entries"]]
+
+
+def save_table(path: Path, gpu_name: str, entries: list[Entry], meta: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"gpu": gpu_name, **meta, "entries": [e.to_json() for e in sorted(entries, key=_bucket)]}
+    tmp = path.with_name(path.name + f".tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _bucket(e: Entry) -> tuple:
+    return (e.heads, e.top_k, e.rows, e.keys)
+
+
+def nearest(entries: list[Entry], heads: int, top_k: int, rows: int, keys: int) -> Entry | None:
+    """The entry for these heads and top_k whose (rows, keys) is nearest on a log scale."""
+    same = [e for e in entries if e.heads == heads and e.top_k == top_k]
+    if not same:
+        return None
+
+    def distance(e: Entry) -> float:
+        return math.log2(max(rows, 1) / e.rows) ** 2 + math.log2(max(keys, 1) / e.keys) ** 2
+
+    return min(same, key=distance)
