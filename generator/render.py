@@ -18,8 +18,8 @@ TEMPLATE_FOR_MMA = {"mmasync": "fused_mqa_topk_mmasync.cu.j2"}
 
 
 def include_raw(relative_path: str) -> str:
-    path = TEMPLATE_DIR / relative_path
-    return f"// ---- begin {relative_path} ----\n{path.read_text()}// ---- end {relative_path} ----\n"
+    text = (TEMPLATE_DIR / relative_path).read_text().replace("#pragma once\n", "")  # pasted once, by construction
+    return f"// ---- begin {relative_path} ----\n{text}// ---- end {relative_path} ----\n"
 
 
 @lru_cache(maxsize=1)

@@ -100,9 +100,14 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
 
     dense_ms = measurer.dense_ms(bucket)
     log(f"[{bucket.name}] dense {dense_ms:.3f} ms")
-    measured: dict[str, float | None] = {}  # by variant name; None = failed verification
+    # By variant name; None = failed verification. A stored study's earlier trials count as measured.
+    measured: dict[str, float | None] = {}
+    State = optuna.trial.TrialState
+    for t in study.trials:
+        if t.state in (State.COMPLETE, State.FAIL) and "variant" in t.user_attrs:
+            measured[t.user_attrs["variant"]] = t.value if t.state == State.COMPLETE else None
     rejected = failed = 0
-    done = len(study.trials)
+    done = sum(t.state.is_finished() for t in study.trials)
     while done < trials:
         asked = []
         for _ in range(min(batch, trials - done)):
@@ -116,7 +121,7 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
             reason = rejection_reason(v)
             if reason:
                 trial.set_user_attr("rejected", reason)
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                study.tell(trial, state=State.PRUNED)
                 rejected += 1
             elif v.name not in measured:
                 to_build.append(v)
@@ -134,15 +139,11 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
                     log(f"[{bucket.name}] {v.name}: WRONG ({e})")
             trial.set_user_attr("variant", v.name)
             if measured[v.name] is None:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                study.tell(trial, state=State.FAIL)
                 failed += 1
             else:
                 study.tell(trial, measured[v.name])
     good = {n: ms for n, ms in measured.items() if ms is not None}
-    # Trials from an earlier run of a stored study count too.
-    for t in study.trials:
-        if t.state == optuna.trial.TrialState.COMPLETE and "variant" in t.user_attrs:
-            good.setdefault(t.user_attrs["variant"], t.value)
     if not good:
         return BucketResult(bucket, None, math.inf, dense_ms, done, rejected, failed)
     best_name = min(good, key=good.get)
@@ -160,12 +161,13 @@ def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
 def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, trials: int, out_dir: Path,
         time_budget_s: float | None = None, storage: str | None = None, build_fn=None, meta: dict | None = None,
         log=print) -> list[BucketResult]:
-    """Tunes each bucket in turn, rewriting the table after each; stops at the time budget."""
+    """Tunes each bucket in turn, rewriting the table after each; once the time budget is spent, the
+    buckets not yet started are skipped (the first always runs)."""
     path = table_path(gpu_name, out_dir)
     results = []
     start = time.monotonic()
     for bucket in buckets:
-        if time_budget_s is not None and time.monotonic() - start > time_budget_s:
+        if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
             break
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, log=log)

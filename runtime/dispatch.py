@@ -18,7 +18,7 @@ from generator.space import default_variant
 from generator.variant import Variant
 
 from .contract import Problem
-from .table import load_table, nearest, table_path
+from .table import Entry, load_table, nearest, table_path
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
@@ -39,14 +39,17 @@ def choose_variant(problem: Problem) -> Variant | None:
     if path == "dense" or problem.device.type != "cuda":
         return None
     gpu, arch = device_info(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
+    return select_variant(load_table(table_path(gpu)) or [], arch, problem, force_fused=path == "fused")
+
+
+def select_variant(entries: list[Entry], arch: str | None, problem: Problem, force_fused: bool = False) -> Variant | None:
+    """The table's answer for this problem on a GPU whose builds target `arch` (None: no fp8 tensor
+    cores); None means dense. force_fused takes the variant even where dense won, or the default."""
     if arch is None:
         return None
-    entries = load_table(table_path(gpu)) or []
     entry = nearest(entries, problem.heads, problem.top_k, problem.rows, problem.keys)
     if entry is not None:
         variant = Variant.from_name(entry.variant)
-        if variant.arch == arch and (entry.use == "fused" or path == "fused"):
+        if variant.arch == arch and (entry.use == "fused" or force_fused):
             return variant
-    if path == "fused":
-        return default_variant(problem.heads, problem.top_k, arch)
-    return None
+    return default_variant(problem.heads, problem.top_k, arch) if force_fused else None

@@ -108,13 +108,14 @@ def _all_equal(rows, keys, heads, top_k, gen, device) -> Workload:
 
 
 def _large_offset(rows, keys, heads, top_k, gen, device) -> Workload:
-    # Dims 0..63 are 4.0 in every key and query: each dot gets +1024, on top of a +-10 spread.
+    # Dims 0..63 are 4.0 in every key and query: each dot gets +1024, on top of a +-10 spread
+    # (unit scales, so the offset is common to every key).
     base = _random(rows, keys, heads, top_k, gen, device, "large_offset")
     k = base.k_fp8.float()
     k[:, :64] = 4.0
     q = base.q.float()
     q[:, :, :64] = 4.0
-    return replace(base, q=fp8(q), k_fp8=fp8(k), weights=base.weights.abs() + 0.01)
+    return replace(base, q=fp8(q), k_fp8=fp8(k), k_scale=torch.ones_like(base.k_scale), weights=base.weights.abs() + 0.01)
 
 
 def _mostly_zero(rows, keys, heads, top_k, gen, device) -> Workload:

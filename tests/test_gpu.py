@@ -1,0 +1,103 @@
+"""The fused kernel on the GPU against the reference: every family, every shipped default variant,
+single- and multi-request chunks, large chunks (spot-checked rows), the public API's dispatch,
+torch.compile and CUDA graphs. Skipped, with the reason, where there is no suitable GPU."""
+
+import pytest
+import torch
+
+from conftest import requires_gpu
+from generator.space import AXES, default_variant
+from runtime import dense_mqa_topk, fused_mqa_topk
+from runtime.fused import launch_variant
+from runtime.verify import verify_topk
+from runtime.workloads import FAMILIES, make_workload
+
+pytestmark = requires_gpu
+
+POISON = -7
+DEFAULTS = [default_variant(h, k) for h in AXES["heads"] for k in AXES["top_k"]]
+
+
+def run_poisoned(variant, wl):
+    out = torch.full((wl.rows, wl.top_k), POISON, dtype=torch.int32, device="cuda")
+    launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, out=out)
+    torch.cuda.synchronize()
+    assert not (out == POISON).any(), "elements left unwritten"
+    return out
+
+
+def sampled_rows(rows, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return sorted(set(torch.randint(0, rows, (n,), generator=g).tolist()) | {0, rows - 1})
+
+
+@pytest.mark.parametrize("variant", DEFAULTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fused_matches_reference_on_every_family(variant, family):
+    wl = make_workload(family, 320, max(9000, 4 * variant.top_k), variant.heads, variant.top_k, seed=31, device="cuda")
+    report = verify_topk(run_poisoned(variant, wl), *wl.args())
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("variant", DEFAULTS, ids=lambda v: v.name)
+def test_fused_on_a_full_chunk_at_a_million_keys(variant):
+    wl = make_workload("random", 16384, 1 << 20, variant.heads, variant.top_k, seed=5, device="cuda")
+    out = run_poisoned(variant, wl)
+    report = verify_topk(out, *wl.args(), rows=sampled_rows(wl.rows, 24))
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("variant", [DEFAULTS[2], DEFAULTS[3]], ids=lambda v: v.name)
+def test_fused_on_a_multi_request_chunk(variant):
+    wl = make_workload("multi_request", 4096, 300_000, variant.heads, variant.top_k, seed=8, device="cuda")
+    report = verify_topk(run_poisoned(variant, wl), *wl.args(), rows=sampled_rows(wl.rows, 64))
+    assert report.ok, report.summary()
+
+
+def test_dense_path_on_the_gpu():
+    for family in ("random", "large_offset", "short_rows"):
+        wl = make_workload(family, 512, 20_000, 32, 2048, seed=2, device="cuda")
+        report = verify_topk(dense_mqa_topk(*wl.args(), logits_budget_bytes=8 << 20), *wl.args())
+        assert report.ok, f"{family}: {report.summary()}"
+
+
+@pytest.mark.parametrize("path", ["fused", "dense", "auto"])
+def test_public_api_paths_agree_with_the_reference(path, monkeypatch):
+    monkeypatch.setenv("FUSED_MQA_TOPK_PATH", path)
+    wl = make_workload("multi_request", 600, 30_000, 64, 1024, seed=4, device="cuda")
+    report = verify_topk(fused_mqa_topk(*wl.args()), *wl.args())
+    assert report.ok, report.summary()
+
+
+def test_torch_compile_uses_the_custom_op():
+    variant = default_variant(32, 512)
+    wl = make_workload("random", 256, 8192, 32, 512, seed=6, device="cuda")
+
+    @torch.compile(fullgraph=True)
+    def f(q, k, s, w, ks, ke):
+        return fused_mqa_topk(q, (k, s), w, ks, ke, 512, variant=variant.name, validate=False)
+
+    out = f(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke)
+    assert verify_topk(out, *wl.args()).ok
+
+
+def test_cuda_graph_replays_on_new_data():
+    variant = default_variant(64, 2048)
+    a = make_workload("random", 256, 10_000, 64, 2048, seed=1, device="cuda")
+    b = make_workload("peaked", 256, 10_000, 64, 2048, seed=2, device="cuda")
+    static = [t.clone() for t in (a.q, a.k_fp8, a.k_scale, a.weights, a.ks, a.ke)]
+
+    def call():
+        q, k, s, w, ks, ke = static
+        return fused_mqa_topk(q, (k, s), w, ks, ke, 2048, variant=variant, validate=False)
+
+    call()  # load and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    for src, dst in zip((b.q, b.k_fp8, b.k_scale, b.weights, b.ks, b.ke), static):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert verify_topk(out, *b.args()).ok

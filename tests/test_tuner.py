@@ -1,0 +1,109 @@
+"""The tuner's bookkeeping, with a fake measurer standing in for the GPU."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generator.space import default_variant, rejection_reason
+from generator.tune import Bucket, VerificationError, merge_entries, run, tunable_choices, tune_bucket
+from generator.variant import Variant
+from runtime.table import Entry, load_table
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class FakeMeasurer:
+    """Time is a made-up function of the parameters; one configuration is 'wrong'."""
+
+    def __init__(self, dense=5.0):
+        self.dense = dense
+        self.fused_calls: list[str] = []
+
+    def dense_ms(self, bucket):
+        return self.dense * (bucket.keys / 65536) ** 2  # dense loses ground as keys grow
+
+    def fused_ms(self, v: Variant, bucket):
+        assert rejection_reason(v) is None, "the tuner must never measure an invalid point"
+        self.fused_calls.append(v.name)
+        if v.stages == 2 and v.warps == 4:
+            raise VerificationError("1 bad row")  # fast but wrong: must never win
+        return (1.0 + 0.1 * v.stages + (0.3 if v.warps == 4 else 0.0) + v.buffer / 1e5) * bucket.keys / 65536 * (
+            0.1 if (v.stages, v.warps) == (2, 4) else 1.0)
+
+
+def test_choices_only_hold_values_some_valid_variant_uses():
+    choices = tunable_choices("sm90a", 32, 2048)
+    assert 4 not in choices["rows"]  # 128 query columns never fit
+    assert min(choices["buffer"]) >= 2048 + 128
+
+
+def test_a_study_finds_the_best_verified_variant():
+    m = FakeMeasurer()
+    bucket = Bucket(32, 1024, 4096, 65536)
+    built = []
+    r = tune_bucket(bucket, m, "sm90a", trials=14, batch=5, build_fn=built.extend, log=lambda s: None)
+    assert m.fused_calls[0] == default_variant(32, 1024).name  # the known-good point goes first
+    assert len(m.fused_calls) == len(set(m.fused_calls))  # each variant measured once
+    assert set(m.fused_calls) <= {v.name for v in built}  # built before measured
+    assert r.best is not None and not (r.best.stages == 2 and r.best.warps == 4)
+    measured = {n: m.fused_ms(Variant.from_name(n), bucket) for n in set(m.fused_calls)
+                if not n.endswith("_s2_b" + n.split("_b")[-1]) or "_w4_" not in n}
+    assert r.fused_ms == pytest.approx(min(measured.values()))
+    assert r.dense_ms == pytest.approx(5.0)
+    assert r.trials == 14
+
+
+def test_run_writes_and_merges_the_table(tmp_path):
+    out = tmp_path / "tables"
+    old = Entry(64, 512, 1024, 8192, default_variant(64, 512).name, 9.0, 1.0)  # a bucket tuned earlier
+    from runtime.table import save_table, table_path
+    save_table(table_path("Fake GPU", out), "Fake GPU", [old], {"arch": "sm90a"})
+    buckets = [Bucket(32, 512, 4096, 32768), Bucket(32, 512, 16384, 131072)]
+    results = run(buckets, FakeMeasurer(dense=1.2), "Fake GPU", "sm90a", trials=6, out_dir=out, log=lambda s: None)
+    assert len(results) == 2
+    entries = load_table(table_path("Fake GPU", out))
+    assert len(entries) == 3 and old in entries
+    data = json.loads(table_path("Fake GPU", out).read_text())
+    by_keys = {e["keys"]: e for e in data["entries"] if e["heads"] == 32}
+    assert by_keys[32768]["use"] == "dense"  # 0.6 ms dense beats every fake fused time there
+    assert by_keys[131072]["use"] == "fused"
+    assert data["arch"] == "sm90a" and "updated" in data
+
+
+def test_time_budget_stops_between_buckets(tmp_path):
+    buckets = [Bucket(32, 512, 4096, 32768), Bucket(64, 512, 4096, 32768)]
+    logs = []
+    results = run(buckets, FakeMeasurer(), "Fake GPU", "sm90a", trials=3, out_dir=tmp_path, time_budget_s=0.0,
+                  log=logs.append)
+    assert len(results) == 1 and any("budget" in s for s in logs)
+
+
+def test_a_stored_study_resumes(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    bucket = Bucket(64, 2048, 4096, 65536)
+    m1 = FakeMeasurer()
+    tune_bucket(bucket, m1, "sm90a", trials=5, storage=storage, log=lambda s: None)
+    m2 = FakeMeasurer()
+    r = tune_bucket(bucket, m2, "sm90a", trials=8, storage=storage, log=lambda s: None)
+    assert len(m2.fused_calls) <= 3  # only the trials the stored study lacked
+    assert r.best is not None
+
+
+def test_merge_replaces_same_bucket_only():
+    a = Entry(32, 512, 1, 2, "x", 1.0, 2.0)
+    b = Entry(32, 512, 1, 2, "y", 0.5, 2.0)
+    c = Entry(32, 512, 1, 4, "z", 1.0, 2.0)
+    assert sorted(merge_entries([a, c], [b]), key=lambda e: e.keys) == [b, c]
+
+
+def test_tune_without_a_gpu_says_what_to_do_instead():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run([sys.executable, "-m", "generator", "tune"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, cwd=REPO)
+    assert proc.returncode == 2
+    assert "no CUDA GPU" in proc.stderr and "python -m generator build --shipped" in proc.stderr

@@ -1,0 +1,89 @@
+import pytest
+
+from generator.arch import ARCHS, arch_for_capability
+from generator.space import AXES, default_variant, enumerate_space, rejection_reason, valid_variants
+from generator.variant import Variant
+
+
+def test_name_round_trips_and_is_filename_safe():
+    for v, _ in enumerate_space(heads=32, top_k=2048, arch="sm90a"):
+        assert Variant.from_name(v.name) == v
+        assert all(c.isalnum() or c == "_" for c in v.name)
+
+
+def test_name_encodes_every_parameter():
+    v = default_variant(64, 1024)
+    for value in v.params().values():
+        assert str(value) in v.name
+
+
+@pytest.mark.parametrize("bad", ["", "mqa_topk_mmasync_sm90a_h32", "mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096_x"])
+def test_bad_names_are_rejected(bad):
+    with pytest.raises(ValueError, match="not a variant name"):
+        Variant.from_name(bad)
+
+
+def test_every_model_configuration_has_valid_variants_on_every_arch():
+    for arch in ARCHS:
+        for heads in AXES["heads"]:
+            for top_k in AXES["top_k"]:
+                assert valid_variants(arch=arch, heads=heads, top_k=top_k), (arch, heads, top_k)
+
+
+def test_defaults_are_valid():
+    for arch in ARCHS:
+        for heads in AXES["heads"]:
+            for top_k in AXES["top_k"]:
+                v = default_variant(heads, top_k, arch)
+                assert rejection_reason(v) is None
+                assert (v.arch, v.heads, v.top_k) == (arch, heads, top_k)
+
+
+def _with(**changes):
+    return Variant(**{**default_variant(32, 2048).params(), **changes})
+
+
+@pytest.mark.parametrize("changes, reason", [
+    (dict(buffer=2048), "buffer 2048 < top_k \\+ key_tile"),                 # no room for a tile after compaction
+    (dict(key_tile=128, warps=8, buffer=4096, stages=3), None),              # 128 keys over 8 warps: one m16 tile each
+    (dict(rows=4), "registers a thread"),                                    # 128 query columns cannot stay in registers
+    (dict(stages=4, buffer=8192), "bytes of shared memory"),                 # over the 227 KiB opt-in limit
+    (dict(arch="sm89"), "bytes of shared memory"),                           # Ada allows 99 KiB
+    (dict(buffer=3072, warps=8, key_tile=256), None),
+    (dict(heads=48), "heads=48 is not one of"),
+    (dict(mma="wgmma"), "mma=wgmma is not one of"),
+])
+def test_rejection_reasons(changes, reason):
+    got = rejection_reason(_with(**changes))
+    if reason is None:
+        assert got is None
+    else:
+        assert got is not None
+        import re
+        assert re.search(reason, got), got
+
+
+def test_rejected_points_are_listed_with_reasons():
+    rejected = [(v, r) for v, r in enumerate_space(heads=32, top_k=2048, arch="sm90a") if r]
+    valid = [v for v, r in enumerate_space(heads=32, top_k=2048, arch="sm90a") if r is None]
+    assert rejected and valid
+    assert all(isinstance(r, str) and len(r) > 10 for _, r in rejected)
+
+
+def test_unknown_axis_is_an_error():
+    with pytest.raises(ValueError, match="unknown axes"):
+        list(enumerate_space(colour="red"))
+
+
+def test_arch_for_capability():
+    assert arch_for_capability(9, 0).name == "sm90a"
+    assert arch_for_capability(10, 0).name == "sm100a"
+    assert arch_for_capability(8, 9).name == "sm89"
+    assert arch_for_capability(12, 0).name == "sm89"  # the portable build runs on later parts
+    assert arch_for_capability(8, 0) is None  # no fp8 tensor cores
+
+
+def test_smem_estimate_grows_with_each_buffer():
+    v = default_variant(32, 2048)
+    assert _with(stages=4).smem_bytes() - v.smem_bytes() == v.key_tile * (128 + 16 + 4)
+    assert _with(buffer=6144).smem_bytes() - v.smem_bytes() == 2 * v.rows * 2048 * 4

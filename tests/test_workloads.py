@@ -1,0 +1,53 @@
+import pytest
+import torch
+
+from runtime.contract import check_inputs
+from runtime.reference import reference_scores
+from runtime.workloads import FAMILIES, causal_ranges, make_workload, multi_request_ranges
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_families_honour_the_contract_and_are_reproducible(family):
+    a = make_workload(family, 24, 3000, 64, 512, seed=9)
+    check_inputs(*a.args())
+    b = make_workload(family, 24, 3000, 64, 512, seed=9)
+    c = make_workload(family, 24, 3000, 64, 512, seed=10)
+    for x, y in zip((a.q, a.k_fp8, a.k_scale, a.weights, a.ks, a.ke), (b.q, b.k_fp8, b.k_scale, b.weights, b.ks, b.ke)):
+        assert torch.equal(x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x,
+                           y.view(torch.uint8) if y.dtype == torch.float8_e4m3fn else y)
+    assert not torch.equal(a.q.view(torch.uint8), c.q.view(torch.uint8))
+    assert a.q.float().abs().sum() > 0 and a.k_fp8.float().abs().sum() > 0  # never zeros
+
+
+def _scores(wl):
+    return reference_scores(wl.q, wl.k_fp8, wl.k_scale, wl.weights, slice(None), 0, wl.keys)
+
+
+def test_causal_and_multi_request_ranges():
+    ks, ke = causal_ranges(4, 10, "cpu")
+    assert ks.tolist() == [0, 0, 0, 0] and ke.tolist() == [7, 8, 9, 10]
+    ks, ke = multi_request_ranges([(5, 2), (4, 3)], "cpu")
+    assert ks.tolist() == [0, 0, 5, 5, 5] and ke.tolist() == [4, 5, 7, 8, 9]
+    with pytest.raises(ValueError):
+        causal_ranges(5, 4, "cpu")
+
+
+def test_hard_families_have_their_property():
+    wl = make_workload("all_equal", 6, 2000, 32, 512, seed=1)
+    assert (wl.k_fp8.view(torch.uint8) == wl.k_fp8[:1].view(torch.uint8)).all() and (wl.k_scale == 1).all()
+    s = _scores(wl)  # equal up to the BLAS's position-dependent rounding
+    assert ((s - s[:, :1]).abs() <= 1e-5 * s[:, :1].abs()).all()
+    wl = make_workload("mostly_zero", 6, 4000, 32, 512, seed=1)
+    assert ((_scores(wl) == 0).float().mean() > 0.9)
+    wl = make_workload("large_offset", 6, 2000, 32, 512, seed=1)
+    s = _scores(wl)
+    assert (s.mean(1) > 20 * s.std(1)).all()
+    wl = make_workload("increasing", 4, 2000, 32, 512, seed=1)
+    assert (_scores(wl).diff(dim=1) >= 0).all()
+    wl = make_workload("short_rows", 40, 3000, 32, 512, seed=1)
+    n = (wl.ke - wl.ks).tolist()
+    assert 0 in n and 1 in n and 511 in n and 512 in n and 513 in n
+    wl = make_workload("signed_weights", 8, 2000, 32, 512, seed=1)
+    assert (wl.weights[0] == 0).all() and (wl.weights[1] < 0).all()
+    wl = make_workload("multi_request", 30, 3000, 32, 512, seed=1)
+    assert len(set(wl.ks.tolist())) == 3
