@@ -205,7 +205,7 @@ class GpuMeasurer:
         from .timing import median_ms
 
         wl = self.workload(bucket)
-        return median_ms(lambda: dense_mqa_topk(*wl.args(), validate=False), reps=5)
+        return median_ms(lambda: dense_mqa_topk(*wl.args(), validate=False), warmup=1, reps=3)
 
     def fused_ms(self, variant: Variant, bucket: Bucket) -> float:
         import torch
@@ -225,7 +225,7 @@ class GpuMeasurer:
         report = verify_topk(out, *wl.args(), rows=sorted(rows))
         if not report.ok:
             raise VerificationError(report.summary())
-        return median_ms(lambda: launch_variant(*args, out=out))
+        return median_ms(lambda: launch_variant(*args, out=out), warmup=1, reps=7)
 
 
 def default_buckets(heads=None, top_k=None, shapes=DEFAULT_SHAPES) -> list[Bucket]:
@@ -237,7 +237,7 @@ def add_arguments(p) -> None:
     p.add_argument("--top-k", dest="top_k", type=int, action="append", choices=AXES["top_k"], help="(repeatable)")
     p.add_argument("--shape", action="append", metavar="MxN",
                    help=f"chunk rows x keys of a bucket (repeatable); default: {' '.join(f'{m}x{n}' for m, n in DEFAULT_SHAPES)}")
-    p.add_argument("--trials", type=int, default=10, help="optuna trials per bucket (default 10)")
+    p.add_argument("--trials", type=int, default=8, help="optuna trials per bucket (default 8)")
     p.add_argument("--time-budget", type=float, default=20.0, help="minutes; buckets left when it runs out are skipped")
     p.add_argument("--storage", help="optuna storage URL (e.g. sqlite:///tune.db) to resume studies")
     p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: tuned_configs/)")

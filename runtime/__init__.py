@@ -15,7 +15,7 @@ from generator.variant import Variant
 from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs
 from .dense import dense_mqa_topk
 from .dispatch import choose_variant
-from .fused import fused_op
+from .fused import AUTO, fused_op
 from .reference import reference_mqa_topk
 
 __all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "choose_variant", "check_inputs",
@@ -28,16 +28,13 @@ def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, va
 
     Runs the fused kernel the GPU's tuned table picks (or `variant`, to force one), else the dense
     path, which gives the same answer. validate=False skips the value checks that read inputs back
-    from the GPU (a synchronisation; needed off inside CUDA graphs); shape/dtype checks always run.
+    from the GPU (a synchronisation; turn them off inside CUDA graphs and torch.compile regions);
+    shape/dtype checks always run. The choice of path happens inside the custom op, so compiled
+    graphs hold one opaque call.
     """
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
     k_fp8, k_scale = kv
-    if variant is None:
-        variant = choose_variant(problem)
-    elif isinstance(variant, str):
-        variant = Variant.from_name(variant)
-    if variant is None:
-        return dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, validate=False)
-    if problem.device.type != "cuda":
-        raise ValueError(f"variant {variant.name} needs CUDA tensors; q is on {problem.device}")
-    return fused_op(q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, variant.name)
+    name = AUTO if variant is None else variant if isinstance(variant, str) else variant.name
+    if name != AUTO and problem.device.type != "cuda":
+        raise ValueError(f"variant {name} needs CUDA tensors; q is on {problem.device}")
+    return fused_op(q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, name)

@@ -1,4 +1,4 @@
-"""The fused path: one launch of a compiled variant, registered as a torch custom op."""
+"""The fused path: one launch of a compiled variant; and the custom op behind the public entry."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import torch
 
 from generator.variant import Variant
 
+from .contract import Problem
+from .dense import dense_mqa_topk
+from .dispatch import choose_variant
 from .loader import load
 
 
@@ -42,10 +45,22 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
     return out
 
 
-@torch.library.custom_op("fused_mqa_topk::fused", mutates_args=())
+AUTO = "auto"  # the op's variant argument when the tuned table (dispatch) decides
+
+
+@torch.library.custom_op("fused_mqa_topk::topk", mutates_args=())
 def fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, weights: torch.Tensor,
              ks: torch.Tensor, ke: torch.Tensor, top_k: int, variant: str) -> torch.Tensor:
-    return launch_variant(Variant.from_name(variant), q, k_fp8, k_scale, weights, ks, ke, top_k)
+    """The public entry's body: `variant` is a variant name, or AUTO for the table's choice (which
+    may be the dense path). Inputs were checked by the caller."""
+    if variant == AUTO:
+        chosen = choose_variant(Problem(rows=q.shape[0], keys=k_fp8.shape[0], heads=q.shape[1], top_k=top_k,
+                                        device=q.device))
+        if chosen is None:
+            return dense_mqa_topk(q, (k_fp8, k_scale), weights, ks, ke, top_k, validate=False)
+    else:
+        chosen = Variant.from_name(variant)
+    return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, top_k)
 
 
 @fused_op.register_fake

@@ -84,3 +84,10 @@ def test_fused_variant_needs_cuda_tensors(good):
     from generator.space import default_variant
     with pytest.raises(ValueError, match="needs CUDA tensors"):
         call(good, variant=default_variant(32, 512))
+
+
+def test_custom_op_passes_torch_opcheck(good):
+    from runtime.fused import AUTO, fused_op
+    # test_schema is left out: it perturbs the inputs with arithmetic fp8 tensors do not support.
+    torch.library.opcheck(fused_op, (good.q, good.k_fp8, good.k_scale, good.weights, good.ks, good.ke, 512, AUTO),
+                          test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
