@@ -42,32 +42,43 @@ def cmd_render(args) -> int:
 
 def cmd_build(args) -> int:
     from .build import build, resource_report
-    from .shipped import shipped_variants
+    from .dense_variant import DenseVariant
+    from .shipped import shipped_dense_variants, shipped_variants
     from .variant import Variant
 
-    variants = [Variant.from_name(n) for n in args.names]
+    variants = [DenseVariant.from_name(n) if n.startswith("mqa_dense_") else Variant.from_name(n) for n in args.names]
     if args.shipped:
-        variants += shipped_variants()
+        variants += shipped_variants() + shipped_dense_variants()
     if args.all:
         variants += [v for v, reason in enumerate_space(**_fixed_axes(args)) if reason is None]
     if not variants:
         print("nothing to build: name variants, or pass --shipped or --all", file=sys.stderr)
         return 2
-    variants = sorted(set(variants))
+    variants = sorted(set(variants), key=lambda v: v.name)
     plans = build(variants, jobs=args.jobs)
     dirty = 0
     for p in plans:
-        r = resource_report(p)
-        dirty += not r.clean
-        print(f"{p.variant.name}  regs={r.registers} stack={r.stack_bytes} spills={r.spill_store_bytes}/{r.spill_load_bytes}"
-              f"  smem={p.variant.smem_bytes()}  {p.library}")
-    print(f"# built {len(plans)} variants, {dirty} with stack or spills", file=sys.stderr)
+        for kernel in p.variant.kernels:
+            r = resource_report(p, kernel)
+            dirty += not r.clean
+            print(f"{p.variant.name} {kernel}: regs={r.registers} stack={r.stack_bytes} "
+                  f"spills={r.spill_store_bytes}/{r.spill_load_bytes}")
+    print(f"# built {len(plans)} variants into {plans[0].library.parent.parent}; {dirty} kernels with stack or spills",
+          file=sys.stderr)
     return 0
 
 
 def cmd_check(args) -> int:
     from .check import main
 
+    return main(args)
+
+
+def cmd_bench(args) -> int:
+    from .bench import main
+
+    args.heads = args.heads or [32]
+    args.top_k = args.top_k or [2048]
     return main(args)
 
 
@@ -117,7 +128,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log", help="append JSON lines here")
     p.set_defaults(fn=cmd_check)
 
+    from .bench import add_arguments as bench_arguments
     from .tune import add_arguments
+
+    p = sub.add_parser("bench", help="GPU: _scaled_mm rate, dense logits and top-k, fused variants, timed in one run")
+    bench_arguments(p)
+    p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("tune", help="GPU: tune variants per shape bucket with optuna; write tuned_configs/<GPU>.json")
     add_arguments(p)

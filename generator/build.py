@@ -23,7 +23,10 @@ from pathlib import Path
 
 from .arch import ARCHS
 from .render import render
+from .dense_variant import DenseVariant
 from .variant import Variant
+
+KernelSpec = Variant | DenseVariant  # anything with .name, .arch and .template
 
 CACHE_ENV = "FUSED_MQA_TOPK_CACHE"
 BASE_NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v")
@@ -63,13 +66,13 @@ def ninja_path() -> str:
     return os.path.join(ninja.BIN_DIR, "ninja")
 
 
-def nvcc_flags(v: Variant) -> list[str]:
+def nvcc_flags(v: KernelSpec) -> list[str]:
     return [*BASE_NVCC_FLAGS, ARCHS[v.arch].gencode]
 
 
 @dataclass(frozen=True)
 class BuildPlan:
-    variant: Variant
+    variant: KernelSpec
     source_text: str
     flags: tuple[str, ...]
     source: Path
@@ -84,7 +87,7 @@ class BuildPlan:
         return self.library.is_file()
 
 
-def plan(v: Variant, root: Path | None = None) -> BuildPlan:
+def plan(v: KernelSpec, root: Path | None = None) -> BuildPlan:
     root = root or cache_dir()
     text = render(v)
     flags = tuple(nvcc_flags(v))
@@ -121,7 +124,7 @@ def _esc(path: Path) -> str:
     return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def build(variants: list[Variant], jobs: int | None = None, root: Path | None = None, verbose: bool = False) -> list[BuildPlan]:
+def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False) -> list[BuildPlan]:
     """Builds every variant not yet in the cache (in parallel); returns their plans in order."""
     root = root or cache_dir()
     root.mkdir(parents=True, exist_ok=True)

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import jinja2
 
-from .variant import Variant
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 
-# One template per scoring core. The shared headers (templates/common/*.cuh) are pasted into it
-# verbatim by include_raw() -- PTX operands such as {%0, %1} must not meet the Jinja parser -- so a
-# rendered source is one self-contained file: what is compiled is exactly what one reads on disk.
-TEMPLATE_FOR_MMA = {"mmasync": "fused_mqa_topk_mmasync.cu.j2"}
+# Each variant names its template (`variant.template`). The shared headers (templates/common/*.cuh)
+# are pasted into it verbatim by include_raw() -- PTX operands such as {%0, %1} must not meet the
+# Jinja parser -- and wgmma(n) renders the warpgroup product for an N, so a rendered source is one
+# self-contained file: what is compiled is exactly what one reads on disk.
 
 
 def include_raw(relative_path: str) -> str:
@@ -30,8 +29,10 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.globals["include_raw"] = include_raw
+    env.globals["wgmma"] = lambda n: env.get_template("common/wgmma.cuh.j2").render(n=n)
     return env
 
 
-def render(v: Variant) -> str:
-    return _environment().get_template(TEMPLATE_FOR_MMA[v.mma]).render(v=v)
+def render(v) -> str:
+    """The CUDA source of a variant (Variant or DenseVariant)."""
+    return _environment().get_template(v.template).render(v=v)

@@ -1,5 +1,5 @@
-"""The variants this project ships: every variant a tuned table names, plus the default per
-(heads, top_k). CI compiles all of them; the runtime can load any of them."""
+"""The variants this project ships: every fused variant a tuned table names, the default fused
+variant per (heads, top_k), and the dense variant per (heads, top_k). CI compiles all of them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ import json
 
 from runtime.table import table_dir
 
+from .dense_variant import DenseVariant, default_dense_variant
 from .space import AXES, default_variant
 from .variant import Variant
+
+
+def shipped_dense_variants() -> list[DenseVariant]:
+    return sorted({default_dense_variant(h, k) for h in AXES["heads"] for k in AXES["top_k"]})
 
 
 def shipped_variants() -> list[Variant]:

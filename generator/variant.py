@@ -25,6 +25,8 @@ class Variant:
     stages: int  # key tiles in flight
     buffer: int  # candidate capacity per row
 
+    _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2"}
+    kernels = ("fused_mqa_topk_kernel",)  # the __global__ functions a build holds
     # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096
     _PATTERN = re.compile(
         r"^mqa_topk_(?P<mma>[a-z]+)_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)"
@@ -48,6 +50,10 @@ class Variant:
 
     def params(self) -> dict:
         return asdict(self)
+
+    @property
+    def template(self) -> str:
+        return self._TEMPLATES[self.mma]
 
     @property
     def threads(self) -> int:

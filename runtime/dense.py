@@ -2,23 +2,73 @@
 
 This is how serving engines run the indexer today (a logits kernel, then a top-k kernel, in
 pieces of at most 512 MiB of logits): the baseline the fused kernel is measured against and the
-fallback for everything the fused kernel does not serve. Scores come from fp8 tensor cores where
-the GPU has them (torch._scaled_mm), else from the exact fp32 product.
+fallback for everything the fused kernel does not serve.
+
+On Hopper it runs our own kernels (templates/dense_mqa_topk_sm90.cu.j2: a TMA + wgmma logits
+kernel and a histogram top-k). Elsewhere it runs in torch: fp8 tensor-core logits through
+torch._scaled_mm where the GPU has them, else exact fp32, then torch.topk.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from generator.dense_variant import DenseVariant, default_dense_variant
+
 from .contract import check_inputs
-from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, topk_by_pieces
+from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, row_pieces, topk_by_pieces
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
+DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they run; "torch": always torch
+
+
+def dense_variant_for(device: torch.device, heads: int, top_k: int) -> DenseVariant | None:
+    """The dense kernels for this device, or None where they do not run (torch serves instead)."""
+    if os.environ.get(DENSE_ENV, "auto") == "torch" or device.type != "cuda":
+        return None
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return None
+    return default_dense_variant(heads, top_k)
 
 
 def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
-                   logits_budget_bytes: int = DEFAULT_LOGITS_BUDGET, validate: bool = True) -> torch.Tensor:
+                   logits_budget_bytes: int = DEFAULT_LOGITS_BUDGET, validate: bool = True,
+                   variant: DenseVariant | None = None) -> torch.Tensor:
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
     k_fp8, k_scale = kv
+    variant = variant or dense_variant_for(problem.device, problem.heads, top_k)
+    if variant is not None:
+        return _dense_kernels(variant, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k,
+                              logits_budget_bytes)
     product = fp8_tensor_core_product if has_fp8_tensor_cores(problem.device) else fp32_product
     return topk_by_pieces(product, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, logits_budget_bytes)
+
+
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    """TMA needs 16-byte aligned global addresses; a contiguous view can start anywhere."""
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def _dense_kernels(variant: DenseVariant, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int) -> torch.Tensor:
+    from .loader import load
+
+    lib = load(variant)
+    rows, keys = q.shape[0], k_fp8.shape[0]
+    out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
+    if rows == 0:
+        return out
+    q, k_fp8, k_scale = _aligned(q), _aligned(k_fp8), _aligned(k_scale)
+    pieces = list(row_pieces(ks.tolist(), ke.tolist(), budget))  # planned on the host, as engines do
+    logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1, dtype=torch.float32,
+                         device=q.device)
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        for r0, r1, lo, hi in pieces:
+            span = hi - lo
+            lib.logits(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
+                       ke.data_ptr(), logits.data_ptr(), span, lo, r0, r1 - r0, rows, keys, stream)
+            lib.topk(logits.data_ptr(), span, lo, ks.data_ptr(), ke.data_ptr(), r0, r1 - r0, keys, out.data_ptr(),
+                     stream)
+    return out

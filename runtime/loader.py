@@ -6,6 +6,7 @@ import ctypes
 import threading
 
 from generator.build import build
+from generator.dense_variant import DenseVariant
 from generator.variant import Variant
 
 
@@ -48,11 +49,55 @@ class KernelLibrary:
         return self._lib.mqa_topk_rows_per_block()
 
 
-_loaded: dict[str, KernelLibrary] = {}
+class DenseLibrary:
+    """A dense variant's shared library: the logits kernel and the top-k kernel (see the
+    `extern "C"` block of templates/dense_mqa_topk_sm90.cu.j2)."""
+
+    def __init__(self, variant: DenseVariant, path: str):
+        self.variant = variant
+        self.path = path
+        lib = ctypes.CDLL(path)
+        p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, i, p]
+        lib.mqa_dense_topk_launch.argtypes = [p, ll, i, p, p, i, i, i, p, p]
+        lib.mqa_dense_logits_launch.restype = lib.mqa_dense_topk_launch.restype = i
+        lib.mqa_dense_error_string.argtypes = [i]
+        lib.mqa_dense_error_string.restype = ctypes.c_char_p
+        lib.mqa_dense_variant_name.restype = ctypes.c_char_p
+        lib.mqa_dense_logits_smem_bytes.restype = lib.mqa_dense_topk_smem_bytes.restype = i
+        self._lib = lib
+        built_name = lib.mqa_dense_variant_name().decode()
+        if built_name != variant.name:
+            raise RuntimeError(f"{path} holds {built_name}, expected {variant.name}")
+
+    def _check(self, err: int, what: str) -> None:
+        if err != 0:
+            raise RuntimeError(f"{self.variant.name}: {what} failed: {self._lib.mqa_dense_error_string(err).decode()}")
+
+    def logits(self, q, k, k_scale, weights, ks, ke, logits, stride: int, key_origin: int, row_begin: int,
+               piece_rows: int, rows: int, keys: int, stream: int) -> None:
+        self._check(self._lib.mqa_dense_logits_launch(q, k, k_scale, weights, ks, ke, logits, stride, key_origin,
+                                                      row_begin, piece_rows, rows, keys, stream), "logits launch")
+
+    def topk(self, logits, stride: int, key_origin: int, ks, ke, row_begin: int, piece_rows: int, keys: int, out,
+             stream: int) -> None:
+        self._check(self._lib.mqa_dense_topk_launch(logits, stride, key_origin, ks, ke, row_begin, piece_rows, keys,
+                                                    out, stream), "top-k launch")
+
+    @property
+    def logits_smem_bytes(self) -> int:
+        return self._lib.mqa_dense_logits_smem_bytes()
+
+    @property
+    def topk_smem_bytes(self) -> int:
+        return self._lib.mqa_dense_topk_smem_bytes()
+
+
+_loaded: dict[str, KernelLibrary | DenseLibrary] = {}
 _lock = threading.Lock()
 
 
-def load(variant: Variant) -> KernelLibrary:
+def load(variant: Variant | DenseVariant) -> KernelLibrary | DenseLibrary:
     """The variant's library, compiled into the cache first if needed (one build per process)."""
     lib = _loaded.get(variant.name)
     if lib is None:
@@ -60,5 +105,6 @@ def load(variant: Variant) -> KernelLibrary:
             lib = _loaded.get(variant.name)
             if lib is None:
                 (plan,) = build([variant])
-                lib = _loaded[variant.name] = KernelLibrary(variant, str(plan.library))
+                kind = DenseLibrary if isinstance(variant, DenseVariant) else KernelLibrary
+                lib = _loaded[variant.name] = kind(variant, str(plan.library))
     return lib

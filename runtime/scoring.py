@@ -67,18 +67,22 @@ def score_block(product: Product, q, k_fp8, k_scale, weights, rows: slice, lo: i
 
 def row_pieces(ks: list[int], ke: list[int], budget_bytes: int):
     """Consecutive row ranges whose [rows, union key span] fp32 block fits the budget (at least one
-    row each), as (first_row, end_row, lo, hi)."""
+    row each), as (first_row, end_row, lo, hi); rows that see nothing do not widen the span, and a
+    piece of such rows only has lo == hi."""
     rows = len(ks)
     start = 0
     while start < rows:
-        lo, hi = ks[start], ke[start]
+        lo, hi = (ks[start], ke[start]) if ks[start] < ke[start] else (None, None)
         end = start + 1
         while end < rows:
-            nlo, nhi = min(lo, ks[end]), max(hi, ke[end])
-            if (end + 1 - start) * (nhi - nlo) * 4 > budget_bytes:
+            if ks[end] < ke[end]:
+                nlo, nhi = (ks[end], ke[end]) if lo is None else (min(lo, ks[end]), max(hi, ke[end]))
+            else:
+                nlo, nhi = lo, hi
+            if nlo is not None and (end + 1 - start) * (nhi - nlo) * 4 > budget_bytes:
                 break
             lo, hi, end = nlo, nhi, end + 1
-        yield start, end, lo, hi
+        yield (start, end, 0, 0) if lo is None else (start, end, lo, hi)
         start = end
 
 

@@ -19,10 +19,10 @@ struct Scratch {
     int equal_taken;     // codes equal to the k-th code kept so far
 };
 
-// The k-th largest code of codes[0, n), 1 <= k <= n; *take_equal receives how many codes equal to
-// it belong to the top k.
-template <int kThreads>
-__device__ uint32_t kth_largest_code(const uint32_t* codes, int n, int k, Scratch& s, uint32_t* take_equal) {
+// The k-th largest of code_at(0), ..., code_at(n - 1), 1 <= k <= n; *take_equal receives how many
+// codes equal to it belong to the top k. code_at may read shared or global memory (four passes).
+template <int kThreads, typename CodeAt>
+__device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, uint32_t* take_equal) {
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     uint32_t prefix = 0;
@@ -33,7 +33,7 @@ __device__ uint32_t kth_largest_code(const uint32_t* codes, int n, int k, Scratc
         __syncthreads();
         const uint32_t known_bits = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
         for (int i = tid; i < n; i += kThreads) {
-            const uint32_t c = codes[i];
+            const uint32_t c = code_at(i);
             if (((c ^ prefix) & known_bits) == 0) atomicAdd(&s.hist[(c >> shift) & 255u], 1u);
         }
         __syncthreads();
@@ -86,7 +86,7 @@ __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, 
     const int tid = threadIdx.x;
     uint32_t kth = 0;               // with n <= k every candidate is kept
     uint32_t take_equal = 0xFFFFFFFFu;
-    if (n > k) kth = kth_largest_code<kThreads>(codes, n, k, s, &take_equal);
+    if (n > k) kth = kth_largest_code<kThreads>([&](int i) { return codes[i]; }, n, k, s, &take_equal);
 
     uint32_t my_codes[kPerThread];
     int my_keys[kPerThread];

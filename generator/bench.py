@@ -1,0 +1,141 @@
+"""`python -m generator bench`: the dense path's parts and the fused kernel, timed in one run.
+
+Prints, for the GPU it runs on:
+  * torch._scaled_mm fp8 throughput at 8192^3 (the ceiling every rate below is compared with);
+  * per causal chunk shape: the logits kernel alone (all pieces; TFLOP/s over visible pairs), the
+    whole dense path (logits + our top-k), and any fused variants named, each verified on sampled rows;
+  * our top-k kernel against torch.topk on the same [rows, keys] fp32 logits, checked exact.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from runtime.dense import _aligned, dense_mqa_topk, dense_variant_for
+from runtime.fused import launch_variant
+from runtime.loader import load
+from runtime.scoring import row_pieces
+from runtime.verify import verify_topk
+from runtime.workloads import make_workload
+
+from .timing import median_ms, scoring_tflops, visible_pairs
+from .variant import Variant
+
+
+def scaled_mm_tflops(n: int = 8192) -> float:
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).T
+    one = torch.ones((), device="cuda")
+    ms = median_ms(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), warmup=3, reps=20)
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+def logits_only_ms(wl, budget: int) -> float:
+    """The logits kernel over every piece of the dense path, without the top-k."""
+    variant = dense_variant_for(wl.q.device, wl.heads, wl.top_k)
+    lib = load(variant)
+    q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
+    pieces = list(row_pieces(wl.ks.tolist(), wl.ke.tolist(), budget))
+    logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces), dtype=torch.float32, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def run():
+        for r0, r1, lo, hi in pieces:
+            lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(),
+                       wl.ke.data_ptr(), logits.data_ptr(), hi - lo, lo, r0, r1 - r0, wl.rows, wl.keys, stream)
+
+    return median_ms(run, warmup=2, reps=10)
+
+
+def topk_versus_torch(rows: int, keys: int, top_k: int, heads: int = 32) -> dict:
+    """Our top-k kernel and torch.topk on the same fp32 logits [rows, keys] (every row sees every key)."""
+    lib = load(dense_variant_for(torch.device("cuda"), heads, top_k))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    logits = torch.randn(rows, keys, generator=g, device="cuda").relu_().mul_(3.0)  # relu-like: many exact zeros
+    ks = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    ke = torch.full((rows,), keys, dtype=torch.int32, device="cuda")
+    out = torch.empty((rows, top_k), dtype=torch.int32, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def ours():
+        lib.topk(logits.data_ptr(), keys, 0, ks.data_ptr(), ke.data_ptr(), 0, rows, keys, out.data_ptr(), stream)
+
+    ours_ms = median_ms(ours, warmup=2, reps=20)
+    torch_ms = median_ms(lambda: torch.topk(logits, top_k, dim=1), warmup=2, reps=20)
+    ours()
+    kth = torch.topk(logits, top_k, dim=1).values[:, -1:]
+    chosen = logits.gather(1, out.long())
+    exact = bool((chosen >= kth).all()) and all(out[i].unique().numel() == top_k for i in range(0, rows, max(1, rows // 64)))
+    return {"rows": rows, "keys": keys, "top_k": top_k, "ours_ms": ours_ms, "torch_ms": torch_ms,
+            "speedup": torch_ms / ours_ms, "exact": exact}
+
+
+def main(args) -> int:
+    if not torch.cuda.is_available():
+        print("bench needs a CUDA GPU.")
+        return 2
+    gpu = torch.cuda.get_device_name()
+    log = open(args.log, "a") if args.log else None
+
+    def emit(kind: str, row: dict, text: str):
+        print(text, flush=True)
+        if log:
+            log.write(json.dumps({"kind": kind, "gpu": gpu, **row}) + "\n")
+
+    peak = scaled_mm_tflops()
+    emit("scaled_mm", {"tflops": peak}, f"torch._scaled_mm fp8 8192^3: {peak:.0f} TFLOP/s on {gpu}")
+    ok = True
+    for spec in args.shape:
+        rows, keys = (int(x) for x in spec.split("x"))
+        for heads in args.heads:
+            for top_k in args.top_k:
+                wl = make_workload("random", rows, keys, heads, top_k, seed=1, device="cuda")
+                pairs = visible_pairs(wl.ks, wl.ke)
+                floor_ms = 2 * heads * 128 * pairs / (peak * 1e12) * 1e3
+                lg = logits_only_ms(wl, args.budget)
+                dense_out = dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget)
+                rep = verify_topk(dense_out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))
+                ok &= rep.ok
+                dense_ms = median_ms(lambda: dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget),
+                                     warmup=1, reps=5)
+                row = {"rows": rows, "keys": keys, "heads": heads, "top_k": top_k, "logits_ms": lg,
+                       "logits_tflops": scoring_tflops(pairs, heads, lg), "logits_vs_scaled_mm": scoring_tflops(pairs, heads, lg) / peak,
+                       "dense_ms": dense_ms, "dense_verified": rep.ok, "floor_ms": floor_ms}
+                emit("dense", row, f"M={rows} N={keys} H={heads} k={top_k}: logits {lg:.2f} ms "
+                     f"({row['logits_tflops']:.0f} TFLOP/s, {row['logits_vs_scaled_mm']:.2f} of _scaled_mm), dense total "
+                     f"{dense_ms:.2f} ms [{rep.summary()}], fp8 floor {floor_ms:.2f} ms")
+                for name in args.fused:
+                    v = Variant.from_name(name)
+                    if (v.heads, v.top_k) != (heads, top_k):
+                        continue
+                    fused_out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k)
+                    frep = verify_topk(fused_out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))
+                    ok &= frep.ok
+                    fms = median_ms(lambda: launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k),
+                                    warmup=1, reps=5)
+                    emit("fused", {"variant": name, "rows": rows, "keys": keys, "fused_ms": fms, "dense_ms": dense_ms,
+                                   "speedup": dense_ms / fms, "floor_fraction": floor_ms / fms, "verified": frep.ok},
+                         f"  fused {name}: {fms:.2f} ms = {dense_ms / fms:.2f}x dense, {floor_ms / fms:.2f} of the fp8 floor "
+                         f"[{frep.summary()}]")
+                del wl
+                torch.cuda.empty_cache()
+    for spec in args.topk:
+        rows, keys = (int(x) for x in spec.split("x"))
+        for top_k in args.top_k:
+            r = topk_versus_torch(rows, keys, top_k)
+            ok &= r["exact"]
+            emit("topk", r, f"top-k [{rows} x {keys}] k={top_k}: ours {r['ours_ms']:.3f} ms, torch.topk {r['torch_ms']:.3f} ms "
+                 f"-> {r['speedup']:.1f}x, exact={r['exact']}")
+    return 0 if ok else 1
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--shape", action="append", default=[], metavar="MxN", help="causal chunk rows x keys")
+    p.add_argument("--heads", type=int, action="append")
+    p.add_argument("--top-k", dest="top_k", type=int, action="append")
+    p.add_argument("--fused", action="append", default=[], metavar="VARIANT", help="also time this fused variant")
+    p.add_argument("--topk", action="append", default=[], metavar="RxN", help="our top-k vs torch.topk on [R, N] logits")
+    p.add_argument("--budget", type=int, default=512 << 20, help="dense logits budget in bytes (default 512 MiB)")
+    p.add_argument("--log", help="append JSON lines here")

@@ -1,0 +1,105 @@
+"""A dense-path variant: the Hopper logits kernel + the top-k-over-logits kernel, as one library.
+
+Name: mqa_dense_sm90a_h32_k2048_r4_g4_q2_s4_t1024_b8192 = arch, heads, top_k, rows per block,
+math warpgroups (64 keys each), Q stages, K stages, top-k threads, top-k candidate buffer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields
+
+from .arch import ARCHS
+
+DIM = 128
+COARSE_BINS = 2048
+PRODUCER_REGISTERS = 32
+
+
+@dataclass(frozen=True, order=True)
+class DenseVariant:
+    arch: str
+    heads: int
+    top_k: int
+    rows: int  # query rows per block: rows * heads is the wgmma N
+    math_wgs: int
+    q_stages: int
+    kv_stages: int
+    topk_threads: int
+    topk_buffer: int
+
+    template = "dense_mqa_topk_sm90.cu.j2"
+    kernels = ("dense_logits_kernel", "dense_topk_kernel")  # the __global__ functions a build holds
+    _PATTERN = re.compile(
+        r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)"
+        r"_q(?P<q_stages>\d+)_s(?P<kv_stages>\d+)_t(?P<topk_threads>\d+)_b(?P<topk_buffer>\d+)$"
+    )
+
+    @property
+    def name(self) -> str:
+        return (f"mqa_dense_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}_g{self.math_wgs}_q{self.q_stages}"
+                f"_s{self.kv_stages}_t{self.topk_threads}_b{self.topk_buffer}")
+
+    @classmethod
+    def from_name(cls, name: str) -> DenseVariant:
+        m = cls._PATTERN.match(name)
+        if m is None:
+            raise ValueError(f"not a dense variant name: {name!r}")
+        v = m.groupdict()
+        return cls(**{f.name: (v[f.name] if f.type == "str" else int(v[f.name])) for f in fields(cls)})
+
+    def params(self) -> dict:
+        return asdict(self)
+
+    @property
+    def n(self) -> int:
+        return self.rows * self.heads
+
+    @property
+    def key_tile(self) -> int:
+        return 64 * self.math_wgs
+
+    @property
+    def math_registers(self) -> int:
+        """Registers a math thread gets after setmaxnreg (the template's kMathRegisters): the launch
+        allocation (threads x 65536/threads, rounded down to 8) minus what the producer keeps."""
+        threads = 128 * (self.math_wgs + 1)
+        launch = min(248, 65536 // threads // 8 * 8)
+        return min(240, (launch * threads - 128 * PRODUCER_REGISTERS) // (128 * self.math_wgs) // 8 * 8)
+
+    def logits_smem_bytes(self) -> int:
+        tiles = self.q_stages * self.n * DIM + self.kv_stages * (self.key_tile * DIM + self.key_tile * 4)
+        return tiles + 8 * 2 * (self.q_stages + self.kv_stages) + 1024
+
+    def topk_smem_bytes(self) -> int:
+        scratch = 256 * 4 + 4 * 4
+        return scratch + COARSE_BINS * 4 + 4 * 4 + self.topk_buffer * 8
+
+
+def dense_rejection_reason(v: DenseVariant) -> str | None:
+    if v.arch != "sm90a":
+        return f"the dense kernels use wgmma and TMA: sm90a only, not {v.arch}"
+    if v.heads not in (32, 64) or v.top_k not in (512, 1024, 2048):
+        return f"heads={v.heads}, top_k={v.top_k} unsupported"
+    if v.n % 64 or v.n > 256:
+        return f"rows * heads = {v.n}: the wgmma N must be a multiple of 64, at most 256"
+    if not 1 <= v.math_wgs <= 4:
+        return f"{v.math_wgs} math warpgroups: 1 to 4 (keys per tile = 64 each, TMA boxes hold 256 rows)"
+    needed = v.n // 2 + v.n // 4 + 16  # accumulators, weights, addresses (ptxas: 96-112 for N = 128)
+    if needed > v.math_registers:
+        return f"about {needed} registers a math thread, {v.math_registers} available with {v.math_wgs} warpgroups"
+    limit = ARCHS[v.arch].max_smem_per_block
+    if v.logits_smem_bytes() > limit:
+        return f"logits kernel needs {v.logits_smem_bytes()} bytes of shared memory > {limit}"
+    if v.topk_smem_bytes() > limit:
+        return f"top-k kernel needs {v.topk_smem_bytes()} bytes of shared memory > {limit}"
+    if COARSE_BINS % v.topk_threads or v.topk_threads % 32 or v.topk_threads > 1024:
+        return f"top-k threads {v.topk_threads} must be a multiple of 32 dividing {COARSE_BINS}, at most 1024"
+    if v.topk_buffer % v.topk_threads:
+        return f"top-k buffer {v.topk_buffer} is not a multiple of the {v.topk_threads} threads that select over it"
+    return None
+
+
+def default_dense_variant(heads: int, top_k: int, arch: str = "sm90a") -> DenseVariant:
+    return DenseVariant(arch=arch, heads=heads, top_k=top_k, rows=128 // heads, math_wgs=4, q_stages=2, kv_stages=4,
+                        topk_threads=1024, topk_buffer=8192)
