@@ -20,6 +20,7 @@ from runtime.scoring import row_pieces
 from runtime.verify import verify_topk
 from runtime.workloads import make_workload
 
+from .dense_variant import DenseVariant
 from .timing import median_ms, scoring_tflops, visible_pairs
 from .variant import Variant
 
@@ -32,12 +33,12 @@ def scaled_mm_tflops(n: int = 8192) -> float:
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
-def logits_only_ms(wl, budget: int) -> float:
+def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None) -> float:
     """The logits kernel over every piece of the dense path, without the top-k."""
-    variant = dense_variant_for(wl.q.device, wl.heads, wl.top_k)
+    variant = variant or dense_variant_for(wl.q.device, wl.heads, wl.top_k)
     lib = load(variant)
     q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
-    pieces = list(row_pieces(wl.ks.tolist(), wl.ke.tolist(), budget))
+    pieces = list(row_pieces(wl.ks, wl.ke, budget))
     logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces), dtype=torch.float32, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
 
@@ -47,6 +48,20 @@ def logits_only_ms(wl, budget: int) -> float:
                        wl.ke.data_ptr(), logits.data_ptr(), hi - lo, lo, r0, r1 - r0, wl.rows, wl.keys, stream)
 
     return median_ms(run, warmup=2, reps=10)
+
+
+def topk_alone_ms(wl) -> float:
+    """Our top-k kernel over the whole chunk's real logits, materialised once as one piece."""
+    lib = load(dense_variant_for(wl.q.device, wl.heads, wl.top_k))
+    (_, _, lo, hi), = row_pieces(wl.ks, wl.ke, 1 << 62)
+    logits = torch.empty(wl.rows * (hi - lo), dtype=torch.float32, device="cuda")
+    q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
+    out = torch.empty((wl.rows, wl.top_k), dtype=torch.int32, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(), wl.ke.data_ptr(),
+               logits.data_ptr(), hi - lo, lo, 0, wl.rows, wl.rows, wl.keys, stream)
+    return median_ms(lambda: lib.topk(logits.data_ptr(), hi - lo, lo, wl.ks.data_ptr(), wl.ke.data_ptr(), 0, wl.rows,
+                                      wl.keys, out.data_ptr(), stream), warmup=2, reps=10)
 
 
 def topk_versus_torch(rows: int, keys: int, top_k: int, heads: int = 32) -> dict:
@@ -95,17 +110,26 @@ def main(args) -> int:
                 pairs = visible_pairs(wl.ks, wl.ke)
                 floor_ms = 2 * heads * 128 * pairs / (peak * 1e12) * 1e3
                 lg = logits_only_ms(wl, args.budget)
+                for name in args.dense:
+                    dv = DenseVariant.from_name(name)
+                    if (dv.heads, dv.top_k) == (heads, top_k):
+                        ms = logits_only_ms(wl, args.budget, dv)
+                        emit("logits", {"variant": name, "rows": rows, "keys": keys, "logits_ms": ms,
+                                        "logits_tflops": scoring_tflops(pairs, heads, ms)},
+                             f"  logits {name}: {ms:.2f} ms ({scoring_tflops(pairs, heads, ms):.0f} TFLOP/s)")
+                tk = topk_alone_ms(wl) if args.topk_alone else None
                 dense_out = dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget)
                 rep = verify_topk(dense_out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))
                 ok &= rep.ok
                 dense_ms = median_ms(lambda: dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget),
                                      warmup=1, reps=5)
-                row = {"rows": rows, "keys": keys, "heads": heads, "top_k": top_k, "logits_ms": lg,
+                row = {"rows": rows, "keys": keys, "heads": heads, "top_k": top_k, "logits_ms": lg, "topk_ms": tk,
                        "logits_tflops": scoring_tflops(pairs, heads, lg), "logits_vs_scaled_mm": scoring_tflops(pairs, heads, lg) / peak,
                        "dense_ms": dense_ms, "dense_verified": rep.ok, "floor_ms": floor_ms}
                 emit("dense", row, f"M={rows} N={keys} H={heads} k={top_k}: logits {lg:.2f} ms "
                      f"({row['logits_tflops']:.0f} TFLOP/s, {row['logits_vs_scaled_mm']:.2f} of _scaled_mm), dense total "
-                     f"{dense_ms:.2f} ms [{rep.summary()}], fp8 floor {floor_ms:.2f} ms")
+                     f"{dense_ms:.2f} ms [{rep.summary()}], fp8 floor {floor_ms:.2f} ms"
+                     + (f", top-k alone {tk:.2f} ms" if tk is not None else ""))
                 for name in args.fused:
                     v = Variant.from_name(name)
                     if (v.heads, v.top_k) != (heads, top_k):
@@ -138,4 +162,6 @@ def add_arguments(p) -> None:
     p.add_argument("--fused", action="append", default=[], metavar="VARIANT", help="also time this fused variant")
     p.add_argument("--topk", action="append", default=[], metavar="RxN", help="our top-k vs torch.topk on [R, N] logits")
     p.add_argument("--budget", type=int, default=512 << 20, help="dense logits budget in bytes (default 512 MiB)")
+    p.add_argument("--dense", action="append", default=[], metavar="VARIANT", help="also time this dense variant's logits")
+    p.add_argument("--topk-alone", action="store_true", help="time our top-k over the whole chunk's logits (needs rows x keys x 4 bytes)")
     p.add_argument("--log", help="append JSON lines here")

@@ -102,4 +102,4 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
 
 def default_dense_variant(heads: int, top_k: int, arch: str = "sm90a") -> DenseVariant:
     return DenseVariant(arch=arch, heads=heads, top_k=top_k, rows=128 // heads, math_wgs=4, q_stages=2, kv_stages=4,
-                        topk_threads=1024, topk_buffer=8192)
+                        topk_threads=512, topk_buffer=8192)

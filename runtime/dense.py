@@ -60,7 +60,7 @@ def _dense_kernels(variant: DenseVariant, q, k_fp8, k_scale, weights, ks, ke, to
     if rows == 0:
         return out
     q, k_fp8, k_scale = _aligned(q), _aligned(k_fp8), _aligned(k_scale)
-    pieces = list(row_pieces(ks.tolist(), ke.tolist(), budget))  # planned on the host, as engines do
+    pieces = list(row_pieces(ks, ke, budget))  # planned on the host, as engines do
     logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1, dtype=torch.float32,
                          device=q.device)
     with torch.cuda.device(q.device):
