@@ -18,7 +18,7 @@ ARCHS: dict[str, Arch] = {
     a.name: a
     for a in (
         Arch("sm89", (8, 9), "-gencode=arch=compute_89,code=sm_89", 101_376, ("mmasync",)),
-        Arch("sm90a", (9, 0), "-gencode=arch=compute_90a,code=sm_90a", 232_448, ("mmasync",)),
+        Arch("sm90a", (9, 0), "-gencode=arch=compute_90a,code=sm_90a", 232_448, ("mmasync", "wgmma")),
         Arch("sm100a", (10, 0), "-gencode=arch=compute_100a,code=sm_100a", 232_448, ("mmasync",)),
     )
 }

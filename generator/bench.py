@@ -13,9 +13,9 @@ import json
 
 import torch
 
-from runtime.dense import _aligned, dense_mqa_topk, dense_variant_for
+from runtime.dense import dense_mqa_topk, dense_variant_for
 from runtime.fused import launch_variant
-from runtime.loader import load
+from runtime.loader import aligned16 as _aligned, load
 from runtime.scoring import row_pieces
 from runtime.verify import verify_topk
 from runtime.workloads import make_workload

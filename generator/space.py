@@ -14,13 +14,13 @@ SUPPORTED_TOP_K = (512, 1024, 2048)
 # Every axis and the values the tuner may try. heads and top_k are fixed by the model, the others
 # are the tuner's to choose.
 AXES: dict[str, tuple] = {
-    "mma": ("mmasync",),
+    "mma": ("mmasync", "wgmma"),
     "arch": tuple(ARCHS),
     "heads": SUPPORTED_HEADS,
     "top_k": SUPPORTED_TOP_K,
     "rows": (1, 2, 4),
-    "key_tile": (128, 256),
-    "warps": (4, 8),
+    "key_tile": (128, 192, 256),
+    "warps": (4, 8, 12),
     "stages": (2, 3, 4),
     "buffer": (1024, 1536, 2048, 3072, 4096, 6144, 8192),
 }
@@ -37,16 +37,21 @@ def rejection_reason(v: Variant) -> str | None:
     arch = ARCHS[v.arch]
     if v.mma not in arch.mma_kinds:
         return f"{v.arch} has no {v.mma} scoring core"
-    if v.key_tile % (16 * v.warps):
+    if v.mma == "wgmma":
+        if v.warps % 4 or v.key_tile != 16 * v.warps:
+            return f"wgmma: each math warpgroup (4 warps) scores 64 keys, so key_tile must be 16 x warps = {16 * v.warps}"
+        if (v.rows * v.heads) % 64 or v.rows * v.heads > 256:
+            return f"wgmma N = rows x heads = {v.rows * v.heads} must be a multiple of 64, at most 256"
+    elif v.key_tile % (16 * v.warps):
         return f"key_tile {v.key_tile} does not split into 16-key mma tiles over {v.warps} warps"
     if v.buffer < v.top_k + v.key_tile:
         return f"buffer {v.buffer} < top_k + key_tile = {v.top_k + v.key_tile}: a compacted row could not take a tile"
-    if v.buffer % v.threads:
-        return f"buffer {v.buffer} is not a multiple of the {v.threads} threads that select over it"
-    regs = v.registers_estimate()
-    if regs > MAX_REGISTERS_PER_THREAD:
-        return f"about {regs} registers a thread (rows*heads = {v.rows * v.heads} query columns stay in registers) > {MAX_REGISTERS_PER_THREAD}"
-    if regs * v.threads > REGISTERS_PER_SM:
+    if v.buffer % v.math_threads:
+        return f"buffer {v.buffer} is not a multiple of the {v.math_threads} threads that select over it"
+    regs, available = v.registers_estimate(), min(MAX_REGISTERS_PER_THREAD, v.registers_available())
+    if regs > available:
+        return f"about {regs} registers a thread (rows*heads = {v.rows * v.heads} query columns) > {available}"
+    if v.mma == "mmasync" and regs * v.threads > REGISTERS_PER_SM:
         return f"about {regs} registers x {v.threads} threads > {REGISTERS_PER_SM} registers per SM"
     smem = v.smem_bytes()
     if smem > arch.max_smem_per_block:

@@ -15,17 +15,17 @@ SMEM_KEY_STRIDE = DIM + 16  # padded shared-memory row of one key (see the kerne
 
 @dataclass(frozen=True, order=True)
 class Variant:
-    mma: str  # scoring core: "mmasync" (portable fp8 mma.sync)
+    mma: str  # scoring core: "mmasync" (portable fp8 mma.sync) or "wgmma" (Hopper: TMA + wgmma, warp-specialised)
     arch: str  # compile target, a key of generator.arch.ARCHS
     heads: int
     top_k: int
     rows: int  # query rows per block
     key_tile: int  # keys per pipeline stage
-    warps: int
+    warps: int  # mmasync: all warps; wgmma: the math warps (4 per warpgroup; a producer warpgroup is added)
     stages: int  # key tiles in flight
     buffer: int  # candidate capacity per row
 
-    _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2"}
+    _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2", "wgmma": "fused_mqa_topk_wgmma.cu.j2"}
     kernels = ("fused_mqa_topk_kernel",)  # the __global__ functions a build holds
     # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096
     _PATTERN = re.compile(
@@ -57,19 +57,41 @@ class Variant:
 
     @property
     def threads(self) -> int:
+        """Threads of the CTA (wgmma adds a producer warpgroup to the math warps)."""
+        return 32 * self.warps + (128 if self.mma == "wgmma" else 0)
+
+    @property
+    def math_threads(self) -> int:
         return 32 * self.warps
 
     def smem_bytes(self) -> int:
         """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
+        candidates = 2 * self.rows * self.buffer * 4
+        select_scratch = 256 * 4 + 4 * 4
+        if self.mma == "wgmma":
+            q_ring = 2 * self.rows * self.heads * DIM
+            k_ring = self.stages * self.key_tile * (DIM + 4)
+            state = select_scratch + 8 * self.rows + 4 * 2
+            barriers = 8 * 2 * (2 + self.stages)
+            return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
         scale_ring = self.stages * self.key_tile * 4
-        candidates = 2 * self.rows * self.buffer * 4
-        state = 256 * 4 + 4 * 4 + 8 * self.rows + 4  # select scratch, theta/count per row, block id
+        state = select_scratch + 8 * self.rows + 4  # theta/count per row, block id
         return key_ring + scale_ring + candidates + _round_up(state, 4)
 
+    def registers_available(self) -> int:
+        """Registers a (math) thread may use: 255 for mmasync; for wgmma what setmaxnreg can give the
+        math warpgroups out of the launch allocation (the template's kMathRegisters)."""
+        if self.mma != "wgmma":
+            return 255
+        launch = min(248, 65536 // self.threads // 8 * 8)
+        return min(240, (launch * self.threads - 128 * 32) // self.math_threads // 8 * 8)
+
     def registers_estimate(self) -> int:
-        """Registers a thread needs, from what stays live: query fragments, weights, accumulators."""
+        """Registers a (math) thread needs, from what stays live."""
         n = self.rows * self.heads  # (row, head) columns
+        if self.mma == "wgmma":  # accumulators, weights, the compaction's staged candidates, the rest
+            return n // 2 + n // 4 + 2 * self.buffer // self.math_threads + 40
         return n + n // 4 + n // 2 + 16 + 40  # q fragments, weights, one m16 tile of acc, A, overhead
 
 

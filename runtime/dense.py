@@ -46,20 +46,15 @@ def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
     return topk_by_pieces(product, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, logits_budget_bytes)
 
 
-def _aligned(x: torch.Tensor) -> torch.Tensor:
-    """TMA needs 16-byte aligned global addresses; a contiguous view can start anywhere."""
-    return x if x.data_ptr() % 16 == 0 else x.clone()
-
-
 def _dense_kernels(variant: DenseVariant, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int) -> torch.Tensor:
-    from .loader import load
+    from .loader import aligned16, load
 
     lib = load(variant)
     rows, keys = q.shape[0], k_fp8.shape[0]
     out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
     if rows == 0:
         return out
-    q, k_fp8, k_scale = _aligned(q), _aligned(k_fp8), _aligned(k_scale)
+    q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
     pieces = list(row_pieces(ks, ke, budget))  # planned on the host, as engines do
     logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1, dtype=torch.float32,
                          device=q.device)

@@ -9,7 +9,7 @@ from generator.variant import Variant
 from .contract import Problem
 from .dense import dense_mqa_topk
 from .dispatch import choose_variant
-from .loader import load
+from .loader import aligned16, load
 
 
 def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, rows_per_block: int) -> torch.Tensor:
@@ -35,7 +35,10 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
         raise ValueError(f"out: expected a contiguous int32 [{rows}, {top_k}] tensor")
     if rows == 0:
         return out
+    if keys == 0:  # nothing to see: every row is all padding (and TMA maps cannot describe 0 keys)
+        return out.fill_(-1)
     lib = load(variant)
+    q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
     order = heaviest_first(ks, ke, variant.rows)
     counter = torch.empty(1, dtype=torch.int32, device=q.device)
     with torch.cuda.device(q.device):

@@ -93,6 +93,11 @@ class DenseLibrary:
         return self._lib.mqa_dense_topk_smem_bytes()
 
 
+def aligned16(x):
+    """TMA and 16-byte vector loads need 16-byte aligned addresses; a contiguous view can start anywhere."""
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
 _loaded: dict[str, KernelLibrary | DenseLibrary] = {}
 _lock = threading.Lock()
 

@@ -51,7 +51,12 @@ def _with(**changes):
     (dict(arch="sm89"), "bytes of shared memory"),                           # Ada allows 99 KiB
     (dict(buffer=3072, warps=8, key_tile=256), None),
     (dict(heads=48), "heads=48 is not one of"),
-    (dict(mma="wgmma"), "mma=wgmma is not one of"),
+    (dict(mma="tcgen05"), "mma=tcgen05 is not one of"),
+    (dict(mma="wgmma", arch="sm89"), "sm89 has no wgmma scoring core"),
+    (dict(mma="wgmma", key_tile=256, warps=8), "key_tile must be 16 x warps = 128"),
+    (dict(mma="wgmma", key_tile=128, warps=8, rows=1), "wgmma N = rows x heads = 32"),
+    (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=3072), None),
+    (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=6144), "bytes of shared memory"),
 ])
 def test_rejection_reasons(changes, reason):
     got = rejection_reason(_with(**changes))

@@ -5,11 +5,17 @@
 // top k are every code above it plus as many codes equal to it as the rank needs (which of several
 // equal boundary keys is kept is arbitrary, as the contract allows).
 //
-// Barrier discipline: call with every thread of the CTA, after a barrier that published the list;
-// every function returns after a barrier, so the caller may reuse the list and the scratch at once.
+// Barrier discipline: call with every thread of the group (threads 0 .. kThreads-1; `Sync` is its
+// barrier: the whole CTA by default, or a named barrier when a producer warp runs apart), after a
+// barrier that published the list; every function returns after a barrier, so the caller may reuse
+// the list and the scratch at once.
 #pragma once
 
 namespace sel {
+
+struct CtaSync {
+    __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
 
 struct Scratch {
     uint32_t hist[256];
@@ -21,8 +27,8 @@ struct Scratch {
 
 // The k-th largest of code_at(0), ..., code_at(n - 1), 1 <= k <= n; *take_equal receives how many
 // codes equal to it belong to the top k. code_at may read shared or global memory (four passes).
-template <int kThreads, typename CodeAt>
-__device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, uint32_t* take_equal) {
+template <int kThreads, typename CodeAt, typename Sync = CtaSync>
+__device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, uint32_t* take_equal, Sync sync = {}) {
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     uint32_t prefix = 0;
@@ -30,13 +36,13 @@ __device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, u
 #pragma unroll 1
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = tid; i < 256; i += kThreads) s.hist[i] = 0;
-        __syncthreads();
+        sync();
         const uint32_t known_bits = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
         for (int i = tid; i < n; i += kThreads) {
             const uint32_t c = code_at(i);
             if (((c ^ prefix) & known_bits) == 0) atomicAdd(&s.hist[(c >> shift) & 255u], 1u);
         }
-        __syncthreads();
+        sync();
         if (tid < 32) {
             // Lane l owns bins 255-8l down to 248-8l; a scan over lanes finds the bin holding rank
             // `remaining`, counted from the top.
@@ -67,7 +73,7 @@ __device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, u
                 }
             }
         }
-        __syncthreads();
+        sync();
         prefix = s.prefix;
         remaining = s.remaining;
     }
@@ -79,14 +85,15 @@ __device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, u
 // with distinct slots in [0, min(k, n)). Candidates are staged in registers behind a barrier before
 // any emit, so emit may overwrite the list itself (in-place compaction). Returns the k-th largest
 // code when n > k (0 otherwise).
-template <int kThreads, int kCapacity, typename Emit>
-__device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, int k, Scratch& s, Emit emit) {
+template <int kThreads, int kCapacity, typename Emit, typename Sync = CtaSync>
+__device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, int k, Scratch& s, Emit emit,
+                                 Sync sync = {}) {
     static_assert(kCapacity % kThreads == 0, "candidate capacity must be a multiple of the CTA size");
     constexpr int kPerThread = kCapacity / kThreads;
     const int tid = threadIdx.x;
     uint32_t kth = 0;               // with n <= k every candidate is kept
     uint32_t take_equal = 0xFFFFFFFFu;
-    if (n > k) kth = kth_largest_code<kThreads>([&](int i) { return codes[i]; }, n, k, s, &take_equal);
+    if (n > k) kth = kth_largest_code<kThreads>([&](int i) { return codes[i]; }, n, k, s, &take_equal, sync);
 
     uint32_t my_codes[kPerThread];
     int my_keys[kPerThread];
@@ -100,7 +107,7 @@ __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, 
         s.slot_counter = 0;
         s.equal_taken = 0;
     }
-    __syncthreads();
+    sync();
 
     const uint32_t lanes_below = prim::lanemask_lt();
     const int lane = tid & 31;
@@ -128,7 +135,7 @@ __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, 
             if (keep) emit(base + __popc(keep_mask & lanes_below), my_codes[j], my_keys[j]);
         }
     }
-    __syncthreads();
+    sync();
     return kth;
 }
 
