@@ -1,5 +1,6 @@
 """The variants this project ships: every fused variant a tuned table names, the default fused
-variant per (heads, top_k), and the dense variant per (heads, top_k). CI compiles all of them."""
+variant per (scoring core, heads, top_k), and the dense variant per (heads, top_k). CI compiles
+all of them."""
 
 from __future__ import annotations
 
@@ -21,5 +22,5 @@ def shipped_variants() -> list[Variant]:
     for path in sorted(table_dir().glob("*.json")):
         names.update(e["variant"] for e in json.loads(path.read_text())["entries"])
     variants = {Variant.from_name(n) for n in names}
-    variants.update(default_variant(h, k) for h in AXES["heads"] for k in AXES["top_k"])
+    variants.update(default_variant(h, k, mma=m) for m in AXES["mma"] for h in AXES["heads"] for k in AXES["top_k"])
     return sorted(variants)

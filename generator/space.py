@@ -74,16 +74,19 @@ def valid_variants(**fixed) -> list[Variant]:
     return [v for v, reason in enumerate_space(**fixed) if reason is None]
 
 
-def default_variant(heads: int, top_k: int, arch: str = "sm90a") -> Variant:
+def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str = "mmasync") -> Variant:
     """A sound untuned choice, used where no tuned table names one (tests, first builds)."""
-    rows = 64 // heads
-    v = Variant(mma="mmasync", arch=arch, heads=heads, top_k=top_k, rows=rows, key_tile=256, warps=8, stages=3,
-                buffer=top_k * 2 if top_k >= 1024 else 1024)
+    if mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
+        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=128, warps=8, stages=4,
+                    buffer=min(b for b in AXES["buffer"] if b >= top_k + 128 and b % 256 == 0))
+    else:
+        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=64 // heads, key_tile=256, warps=8, stages=3,
+                    buffer=top_k * 2 if top_k >= 1024 else 1024)
     reason = rejection_reason(v)
     if reason:
         # Fall back to the smallest valid footprint (e.g. archs with less shared memory).
-        candidates = valid_variants(mma="mmasync", arch=arch, heads=heads, top_k=top_k)
+        candidates = valid_variants(mma=mma, arch=arch, heads=heads, top_k=top_k)
         if not candidates:
-            raise ValueError(f"no valid variant for heads={heads}, top_k={top_k} on {arch}: {reason}")
+            raise ValueError(f"no valid {mma} variant for heads={heads}, top_k={top_k} on {arch}: {reason}")
         v = min(candidates, key=lambda c: c.smem_bytes())
     return v

@@ -28,7 +28,7 @@ from .arch import arch_for_capability
 from .space import AXES, default_variant, enumerate_space, rejection_reason
 from .variant import Variant
 
-TUNED_AXES = ("rows", "key_tile", "warps", "stages", "buffer")
+TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer")
 DEFAULT_SHAPES = ((4096, 32_768), (16_384, 131_072))  # (rows, keys): a short and a long causal chunk
 
 
@@ -60,7 +60,7 @@ def tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, list]:
     """Per tuned axis, the values that occur in at least one valid variant (the rest would only
     ever be rejected)."""
     seen: dict[str, set] = {a: set() for a in TUNED_AXES}
-    for v, reason in enumerate_space(mma="mmasync", arch=arch, heads=heads, top_k=top_k):
+    for v, reason in enumerate_space(arch=arch, heads=heads, top_k=top_k):
         if reason is None:
             for a in TUNED_AXES:
                 seen[a].add(getattr(v, a))
@@ -94,9 +94,10 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
     study = optuna.create_study(
         study_name=f"{arch}_{bucket.name}", storage=storage, load_if_exists=True, direction="minimize",
         sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, trials)))
-    default = default_variant(bucket.heads, bucket.top_k, arch)
-    if not study.trials:
-        study.enqueue_trial({a: getattr(default, a) for a in TUNED_AXES})
+    if not study.trials:  # the known-good defaults of every core this arch has go first
+        for mma in choices["mma"]:
+            default = default_variant(bucket.heads, bucket.top_k, arch, mma)
+            study.enqueue_trial({a: getattr(default, a) for a in TUNED_AXES})
 
     dense_ms = measurer.dense_ms(bucket)
     log(f"[{bucket.name}] dense {dense_ms:.3f} ms")
@@ -107,15 +108,17 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
         if t.state in (State.COMPLETE, State.FAIL) and "variant" in t.user_attrs:
             measured[t.user_attrs["variant"]] = t.value if t.state == State.COMPLETE else None
     rejected = failed = 0
-    done = sum(t.state.is_finished() for t in study.trials)
-    while done < trials:
+    # `trials` counts measured (or failed) candidates; rejected points are pruned for free, up to a cap.
+    done = sum(t.state in (State.COMPLETE, State.FAIL) for t in study.trials)
+    asks_left = 20 * trials
+    while done < trials and asks_left > 0:
         asked = []
-        for _ in range(min(batch, trials - done)):
+        for _ in range(min(batch, trials - done, asks_left)):
             trial = study.ask()
-            v = Variant(mma="mmasync", arch=arch, heads=bucket.heads, top_k=bucket.top_k,
+            v = Variant(arch=arch, heads=bucket.heads, top_k=bucket.top_k,
                         **{a: trial.suggest_categorical(a, choices[a]) for a in TUNED_AXES})
             asked.append((trial, v))
-        done += len(asked)
+        asks_left -= len(asked)
         to_build = []
         for trial, v in asked:
             reason = rejection_reason(v)
@@ -138,6 +141,7 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
                     measured[v.name] = None
                     log(f"[{bucket.name}] {v.name}: WRONG ({e})")
             trial.set_user_attr("variant", v.name)
+            done += 1
             if measured[v.name] is None:
                 study.tell(trial, state=State.FAIL)
                 failed += 1

@@ -15,7 +15,7 @@ from runtime.workloads import FAMILIES, make_workload
 pytestmark = requires_gpu
 
 POISON = -7
-DEFAULTS = [default_variant(h, k) for h in AXES["heads"] for k in AXES["top_k"]]
+DEFAULTS = [default_variant(h, k, mma=m) for m in AXES["mma"] for h in AXES["heads"] for k in AXES["top_k"]]
 
 
 def run_poisoned(variant, wl):
@@ -47,7 +47,7 @@ def test_fused_on_a_full_chunk_at_a_million_keys(variant):
     assert report.ok, report.summary()
 
 
-@pytest.mark.parametrize("variant", [DEFAULTS[2], DEFAULTS[3]], ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", [DEFAULTS[2], DEFAULTS[3], DEFAULTS[8], DEFAULTS[9]], ids=lambda v: v.name)
 def test_fused_on_a_multi_request_chunk(variant):
     wl = make_workload("multi_request", 4096, 300_000, variant.heads, variant.top_k, seed=8, device="cuda")
     report = verify_topk(run_poisoned(variant, wl), *wl.args(), rows=sampled_rows(wl.rows, 64))

@@ -36,8 +36,10 @@ class FakeMeasurer:
 
 def test_choices_only_hold_values_some_valid_variant_uses():
     choices = tunable_choices("sm90a", 32, 2048)
-    assert 4 not in choices["rows"]  # 128 query columns never fit
+    assert choices["mma"] == ["mmasync", "wgmma"]
     assert min(choices["buffer"]) >= 2048 + 128
+    assert tunable_choices("sm89", 32, 2048)["mma"] == ["mmasync"]  # no wgmma off Hopper
+    assert 4 not in tunable_choices("sm89", 32, 2048)["rows"]  # 128 query columns never fit mma.sync registers
 
 
 def test_a_study_finds_the_best_verified_variant():
@@ -45,7 +47,8 @@ def test_a_study_finds_the_best_verified_variant():
     bucket = Bucket(32, 1024, 4096, 65536)
     built = []
     r = tune_bucket(bucket, m, "sm90a", trials=14, batch=5, build_fn=built.extend, log=lambda s: None)
-    assert m.fused_calls[0] == default_variant(32, 1024).name  # the known-good point goes first
+    # the known-good defaults go first
+    assert m.fused_calls[:2] == [default_variant(32, 1024).name, default_variant(32, 1024, mma="wgmma").name]
     assert len(m.fused_calls) == len(set(m.fused_calls))  # each variant measured once
     assert set(m.fused_calls) <= {v.name for v in built}  # built before measured
     assert r.best is not None and not (r.best.stages == 2 and r.best.warps == 4)

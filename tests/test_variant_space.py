@@ -23,20 +23,22 @@ def test_bad_names_are_rejected(bad):
         Variant.from_name(bad)
 
 
-def test_every_model_configuration_has_valid_variants_on_every_arch():
+def test_every_model_configuration_has_valid_variants_on_every_arch_and_core():
     for arch in ARCHS:
-        for heads in AXES["heads"]:
-            for top_k in AXES["top_k"]:
-                assert valid_variants(arch=arch, heads=heads, top_k=top_k), (arch, heads, top_k)
+        for mma in ARCHS[arch].mma_kinds:
+            for heads in AXES["heads"]:
+                for top_k in AXES["top_k"]:
+                    assert valid_variants(arch=arch, mma=mma, heads=heads, top_k=top_k), (arch, mma, heads, top_k)
 
 
 def test_defaults_are_valid():
     for arch in ARCHS:
-        for heads in AXES["heads"]:
-            for top_k in AXES["top_k"]:
-                v = default_variant(heads, top_k, arch)
-                assert rejection_reason(v) is None
-                assert (v.arch, v.heads, v.top_k) == (arch, heads, top_k)
+        for mma in ARCHS[arch].mma_kinds:
+            for heads in AXES["heads"]:
+                for top_k in AXES["top_k"]:
+                    v = default_variant(heads, top_k, arch, mma)
+                    assert rejection_reason(v) is None
+                    assert (v.arch, v.mma, v.heads, v.top_k) == (arch, mma, heads, top_k)
 
 
 def _with(**changes):
