@@ -12,9 +12,9 @@ import pytest
 from conftest import requires_nvcc
 from generator.build import build, plan, resource_report
 from generator.render import render
-from generator.shipped import shipped_variants
+from generator.shipped import shipped_dense_variants, shipped_variants
 from generator.space import default_variant
-from runtime.loader import KernelLibrary
+from runtime.loader import DenseLibrary, KernelLibrary
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,13 +39,21 @@ def test_every_shipped_variant_renders():
 @requires_nvcc
 def test_every_shipped_variant_compiles(tmp_cache):
     variants = shipped_variants()
-    plans = build(variants)
-    assert [p.variant for p in plans] == variants
+    dense = shipped_dense_variants()
+    plans = build(variants + dense)
+    assert [p.variant for p in plans] == variants + dense
     for p in plans:
         assert p.library.is_file() and p.source.is_file()
-        report = resource_report(p)
-        assert 0 < report.registers <= 255
+        for kernel in p.variant.kernels:
+            report = resource_report(p, kernel)
+            assert 0 < report.registers <= 255
+            if getattr(p.variant, "mma", "wgmma") == "wgmma":  # the Hopper kernels must stay spill-free
+                assert report.clean, (p.variant.name, kernel, report)
         # The extern "C" side of the library answers without a GPU and agrees with the Python model.
+        if p.variant in dense:
+            lib = DenseLibrary(p.variant, str(p.library))
+            assert (lib.logits_smem_bytes, lib.topk_smem_bytes) == (p.variant.logits_smem_bytes(), p.variant.topk_smem_bytes())
+            continue
         lib = KernelLibrary(p.variant, str(p.library))
         assert lib.smem_bytes == p.variant.smem_bytes()
         assert lib.threads == p.variant.threads
