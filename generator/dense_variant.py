@@ -1,7 +1,7 @@
 """A dense-path variant: the Hopper logits kernel + the top-k-over-logits kernel, as one library.
 
-Name: mqa_dense_sm90a_h32_k2048_r4_g4_q2_s4_t512_b8192_p0 = arch, heads, top_k, rows per block,
-math warpgroups (64 keys each), Q stages, K stages, top-k threads, top-k candidate buffer, ping-pong.
+Name: mqa_dense_sm90a_h32_k2048_r4_g4_q2_s4_t512_b8192 = arch, heads, top_k, rows per block,
+math warpgroups (64 keys each), Q stages, K stages, top-k threads, top-k candidate buffer.
 """
 
 from __future__ import annotations
@@ -27,19 +27,18 @@ class DenseVariant:
     kv_stages: int
     topk_threads: int
     topk_buffer: int
-    pingpong: int = 0  # 1: two accumulator sets per math warpgroup, epilogue overlapping the next product
 
     template = "dense_mqa_topk_sm90.cu.j2"
     kernels = ("dense_logits_kernel", "dense_topk_kernel")  # the __global__ functions a build holds
     _PATTERN = re.compile(
         r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)"
-        r"_q(?P<q_stages>\d+)_s(?P<kv_stages>\d+)_t(?P<topk_threads>\d+)_b(?P<topk_buffer>\d+)_p(?P<pingpong>[01])$"
+        r"_q(?P<q_stages>\d+)_s(?P<kv_stages>\d+)_t(?P<topk_threads>\d+)_b(?P<topk_buffer>\d+)$"
     )
 
     @property
     def name(self) -> str:
         return (f"mqa_dense_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}_g{self.math_wgs}_q{self.q_stages}"
-                f"_s{self.kv_stages}_t{self.topk_threads}_b{self.topk_buffer}_p{self.pingpong}")
+                f"_s{self.kv_stages}_t{self.topk_threads}_b{self.topk_buffer}")
 
     @classmethod
     def from_name(cls, name: str) -> DenseVariant:
@@ -86,7 +85,7 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
         return f"rows * heads = {v.n}: the wgmma N must be a multiple of 64, at most 256"
     if not 1 <= v.math_wgs <= 4:
         return f"{v.math_wgs} math warpgroups: 1 to 4 (keys per tile = 64 each, TMA boxes hold 256 rows)"
-    needed = v.n // 2 * (1 + v.pingpong) + v.n // 4 + 16  # accumulators, weights, addresses (ptxas: 96 for N = 128)
+    needed = v.n // 2 + v.n // 4 + 16  # accumulators, weights, addresses (ptxas: 96 for N = 128)
     if needed > v.math_registers:
         return f"about {needed} registers a math thread, {v.math_registers} available with {v.math_wgs} warpgroups"
     limit = ARCHS[v.arch].max_smem_per_block

@@ -48,4 +48,16 @@ __device__ __forceinline__ uint32_t lanemask_lt() {
     return mask;
 }
 
+// Appends one item per lane where `take` to a list grown through `*counter` (one shared-memory
+// atomic per warp) and returns the lane's position in it (meaningless where !take). Every lane of
+// the warp must call it.
+__device__ __forceinline__ int warp_append(int* counter, bool take) {
+    const uint32_t mask = __ballot_sync(0xFFFFFFFFu, take);
+    if (mask == 0) return 0;
+    const int leader = __ffs(mask) - 1;
+    int base = 0;
+    if ((threadIdx.x & 31) == leader) base = atomicAdd(counter, __popc(mask));
+    return __shfl_sync(0xFFFFFFFFu, base, leader) + __popc(mask & lanemask_lt());
+}
+
 }  // namespace prim

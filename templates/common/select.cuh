@@ -109,34 +109,43 @@ __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, 
     }
     sync();
 
-    const uint32_t lanes_below = prim::lanemask_lt();
-    const int lane = tid & 31;
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
         const int i = tid + j * kThreads;
         const bool live = i < n;
-        // Codes equal to the k-th: admit the first take_equal of them (warp-aggregated counter).
+        // Codes equal to the k-th: admit the first take_equal of them.
         const bool equal = live && my_codes[j] == kth;
-        const uint32_t equal_mask = __ballot_sync(0xFFFFFFFFu, equal);
-        bool keep = live && my_codes[j] > kth;
-        if (equal_mask) {
-            int base = 0;
-            const int leader = __ffs(equal_mask) - 1;
-            if (lane == leader) base = atomicAdd(&s.equal_taken, __popc(equal_mask));
-            base = __shfl_sync(0xFFFFFFFFu, base, leader);
-            if (equal) keep = static_cast<uint32_t>(base + __popc(equal_mask & lanes_below)) < take_equal;
-        }
-        const uint32_t keep_mask = __ballot_sync(0xFFFFFFFFu, keep);
-        if (keep_mask) {
-            int base = 0;
-            const int leader = __ffs(keep_mask) - 1;
-            if (lane == leader) base = atomicAdd(&s.slot_counter, __popc(keep_mask));
-            base = __shfl_sync(0xFFFFFFFFu, base, leader);
-            if (keep) emit(base + __popc(keep_mask & lanes_below), my_codes[j], my_keys[j]);
-        }
+        const int rank = prim::warp_append(&s.equal_taken, equal);
+        const bool keep = (live && my_codes[j] > kth) || (equal && static_cast<uint32_t>(rank) < take_equal);
+        const int slot = prim::warp_append(&s.slot_counter, keep);
+        if (keep) emit(slot, my_codes[j], my_keys[j]);
     }
     sync();
     return kth;
+}
+
+// Streaming top-k compaction: keeps the top k of codes/keys[0, n) (n > k) in their first k places and
+// returns the admission threshold for what follows: just above the k-th code (codes equal to it can
+// only tie with what is kept, so they need not enter again).
+template <int kThreads, int kCapacity, typename Sync = CtaSync>
+__device__ uint32_t compact_to_top_k(uint32_t* codes, int* keys, int n, int k, Scratch& s, Sync sync = {}) {
+    const uint32_t kth = select_top_k<kThreads, kCapacity>(
+        codes, keys, n, k, s,
+        [&](int slot, uint32_t code, int key) {
+            codes[slot] = code;
+            keys[slot] = key;
+        },
+        sync);
+    return kth == 0xFFFFFFFFu ? kth : kth + 1;
+}
+
+// A row's answer: the top k of its n candidates as key - key_base in out_row[0, min(n, k)), then -1.
+template <int kThreads, int kCapacity, typename Sync = CtaSync>
+__device__ void write_top_k(const uint32_t* codes, const int* keys, int n, int k, Scratch& s, int* out_row,
+                            int key_base, Sync sync = {}) {
+    select_top_k<kThreads, kCapacity>(codes, keys, n, k, s, [&](int slot, uint32_t, int key) { out_row[slot] = key - key_base; },
+                                      sync);
+    for (int i = min(n, k) + int(threadIdx.x); i < k; i += kThreads) out_row[i] = -1;
 }
 
 }  // namespace sel

@@ -70,7 +70,40 @@ __device__ __forceinline__ void wgmma_wait() {
 // Keeps the compiler from moving accumulator reads/writes across wgmma fences.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
+// ---- the TMA ring: full/empty barrier pairs, one stage per slot ---------------------------------
+// full[i] completes when the producer's loads into slot i have landed; empty[i] when all `consumers`
+// threads have finished with it.
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int stages, int consumers) {
+    for (int i = 0; i < stages; ++i) {
+        mbar_init(&full[i], 1);
+        mbar_init(&empty[i], consumers);
+    }
+}
+
+// Producer side: waits for slot `stage` (its use number `use` counted from 0) to be free, then loads
+// `keys_in_box` keys from first_key on (and their scales) into it.
+__device__ __forceinline__ void load_key_tile(uint64_t* full, uint64_t* empty, int stage, int use, void* keys_dst,
+                                              void* scales_dst, const CUtensorMap* k_map, const CUtensorMap* scale_map,
+                                              int first_key, int keys_in_box) {
+    mbar_wait(&empty[stage], (use & 1) ^ 1);
+    mbar_arrive_expect_tx(&full[stage], keys_in_box * (128 + 4));
+    tma_load_2d(keys_dst, k_map, &full[stage], 0, first_key);
+    tma_load_2d(scales_dst, scale_map, &full[stage], first_key, 0);
+}
+
 // ---- registers, barriers, warps ----------------------------------------------------------------
+// setmaxnreg moves registers between warpgroups inside the CTA's launch allocation: threads x the
+// per-thread count ptxas gives under __launch_bounds__(threads, 1), i.e. 65536 / threads rounded
+// down to 8. Asking for more than the producer frees would block forever, so the math warpgroups'
+// count is derived from that pool (and launchers check the compiled count: sm90_host.cuh).
+constexpr int kProducerRegisters = 32;
+constexpr int launch_registers(int threads) { return (65536 / threads) / 8 * 8 > 248 ? 248 : (65536 / threads) / 8 * 8; }
+constexpr int math_registers(int threads, int math_threads) {
+    return ((launch_registers(threads) * threads - 128 * kProducerRegisters) / math_threads) / 8 * 8 > 240
+               ? 240
+               : ((launch_registers(threads) * threads - 128 * kProducerRegisters) / math_threads) / 8 * 8;
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters)); }
 template <int kRegisters>

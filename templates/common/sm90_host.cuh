@@ -1,11 +1,12 @@
-// Host side of TMA: tensor maps for the operands the Hopper kernels stream. The driver's encoder is
-// reached through the runtime (cudaGetDriverEntryPointByVersion), so the libraries need no -lcuda.
+// Host side of the Hopper kernels: tensor maps for the operands they stream, and the one-time launch
+// setup. The driver's encoder is reached through the runtime (cudaGetDriverEntryPointByVersion), so
+// the libraries need no -lcuda.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cstdint>
 
-namespace tma {
+namespace sm90_host {
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -47,4 +48,27 @@ inline bool scales_map(CUtensorMap* map, const float* base, uint64_t keys, uint3
                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-}  // namespace tma
+// Once per device: opt the kernel into `smem_bytes` of dynamic shared memory, check that ptxas gave
+// it the launch registers the setmaxnreg arithmetic assumes (else setmaxnreg.inc would hang: refuse
+// to launch instead), and read the SM count, which *sms receives (cached in `sms_by_device`).
+template <typename Kernel>
+cudaError_t setup_persistent(Kernel kernel, int smem_bytes, int launch_registers, int (&sms_by_device)[64], int* sms) {
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    if (device < 0 || device >= 64) return cudaErrorInvalidDevice;
+    if (sms_by_device[device] == 0) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+        if (err != cudaSuccess) return err;
+        cudaFuncAttributes attr;
+        err = cudaFuncGetAttributes(&attr, kernel);
+        if (err != cudaSuccess) return err;
+        if (attr.numRegs < launch_registers) return cudaErrorInvalidConfiguration;
+        err = cudaDeviceGetAttribute(&sms_by_device[device], cudaDevAttrMultiProcessorCount, device);
+        if (err != cudaSuccess) return err;
+    }
+    *sms = sms_by_device[device];
+    return cudaSuccess;
+}
+
+}  // namespace sm90_host
