@@ -25,10 +25,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from .build import build, plan, write_source
-    from .variant import Variant
+    from .build import build, plan, spec_from_name, write_source
 
-    variants = [Variant.from_name(n) for n in args.names]
+    variants = [spec_from_name(n) for n in args.names]
     if args.compile:
         plans = build(variants)
     else:
@@ -41,12 +40,10 @@ def cmd_render(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from .build import build, resource_report
-    from .dense_variant import DenseVariant
+    from .build import build, resource_report, spec_from_name
     from .shipped import shipped_dense_variants, shipped_variants
-    from .variant import Variant
 
-    variants = [DenseVariant.from_name(n) if n.startswith("mqa_dense_") else Variant.from_name(n) for n in args.names]
+    variants = [spec_from_name(n) for n in args.names]
     if args.shipped:
         variants += shipped_variants() + shipped_dense_variants()
     if args.all:

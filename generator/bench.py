@@ -143,8 +143,6 @@ def main(args) -> int:
                                    "speedup": dense_ms / fms, "floor_fraction": floor_ms / fms, "verified": frep.ok},
                          f"  fused {name}: {fms:.2f} ms = {dense_ms / fms:.2f}x dense, {floor_ms / fms:.2f} of the fp8 floor "
                          f"[{frep.summary()}]")
-                del wl
-                torch.cuda.empty_cache()
     for spec in args.topk:
         rows, keys = (int(x) for x in spec.split("x"))
         for top_k in args.top_k:

@@ -26,7 +26,12 @@ from .render import render
 from .dense_variant import DenseVariant
 from .variant import Variant
 
-KernelSpec = Variant | DenseVariant  # anything with .name, .arch and .template
+KernelSpec = Variant | DenseVariant  # anything with .name, .arch, .template and .kernels
+
+
+def spec_from_name(name: str) -> KernelSpec:
+    """The fused or dense variant a name describes."""
+    return DenseVariant.from_name(name) if name.startswith("mqa_dense_") else Variant.from_name(name)
 
 CACHE_ENV = "FUSED_MQA_TOPK_CACHE"
 BASE_NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v")

@@ -19,7 +19,8 @@ from runtime.fused import launch_variant
 from runtime.verify import verify_topk
 from runtime.workloads import FAMILIES, make_workload
 
-from .space import default_variant
+from .arch import arch_for_capability
+from .space import AXES, default_variant
 from .timing import median_ms, scoring_tflops, visible_pairs
 from .variant import Variant
 
@@ -78,8 +79,9 @@ def main(args) -> int:
     if not torch.cuda.is_available():
         print("check needs a CUDA GPU (it runs kernels); without one, run the CPU tests (README).")
         return 2
+    arch = arch_for_capability(*torch.cuda.get_device_capability())
     variants = [Variant.from_name(n) for n in args.variant] or [
-        default_variant(h, k) for h in (32, 64) for k in (512, 1024, 2048)]
+        default_variant(h, k, arch.name, mma) for mma in arch.mma_kinds for h in AXES["heads"] for k in AXES["top_k"]]
     log = open(args.log, "a") if args.log else None
     checks: list[Check] = []
     t0 = time.time()

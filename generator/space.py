@@ -74,8 +74,11 @@ def valid_variants(**fixed) -> list[Variant]:
     return [v for v, reason in enumerate_space(**fixed) if reason is None]
 
 
-def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str = "mmasync") -> Variant:
-    """A sound untuned choice, used where no tuned table names one (tests, first builds)."""
+def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None = None) -> Variant:
+    """A sound untuned choice, used where no tuned table names one (tests, first builds); `mma`
+    defaults to the arch's fastest core (wgmma where it exists)."""
+    if mma is None:
+        mma = "wgmma" if "wgmma" in ARCHS[arch].mma_kinds else "mmasync"
     if mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=128, warps=8, stages=4,
                     buffer=min(b for b in AXES["buffer"] if b >= top_k + 128 and b % 256 == 0))

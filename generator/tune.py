@@ -15,6 +15,7 @@ The measuring is behind a small interface (Measurer) so the bookkeeping runs on 
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import math
 import sys
 import time
@@ -263,9 +264,7 @@ def main(args) -> int:
     if arch is None:
         print(f"{gpu} has no fp8 tensor cores (needs sm_89+): the dense path serves it; nothing to tune.", file=sys.stderr)
         return 2
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("optuna") is None:
         print("optuna is missing: pip install optuna", file=sys.stderr)
         return 2
     from .build import build

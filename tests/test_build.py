@@ -19,14 +19,16 @@ from runtime.loader import DenseLibrary, KernelLibrary
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_rendered_source_is_self_contained_and_names_its_parameters():
-    v = default_variant(32, 2048)
+@pytest.mark.parametrize("mma, instruction", [("mmasync", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"),
+                                              ("wgmma", "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3")])
+def test_rendered_source_is_self_contained_and_names_its_parameters(mma, instruction):
+    v = default_variant(32, 2048, mma=mma)
     src = render(v)
     assert v.name in src
     assert "#include \"common/" not in src  # shared headers pasted in
-    assert "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32" in src
+    assert instruction in src
     for line in (f"kHeads = {v.heads};", f"kTopK = {v.top_k};", f"kRows = {v.rows};", f"kKeyTile = {v.key_tile};",
-                 f"kWarps = {v.warps};", f"kStages = {v.stages};", f"kBuffer = {v.buffer};"):
+                 f"Warps = {v.warps};", f"kStages = {v.stages};", f"kBuffer = {v.buffer};"):
         assert line in src
     assert "{{ v." not in src and "include_raw" not in src  # nothing left unrendered
 

@@ -6,23 +6,20 @@ import pytest
 import torch
 
 from conftest import requires_gpu
+from generator import check
 from generator.space import AXES, default_variant
 from runtime import dense_mqa_topk, fused_mqa_topk
-from runtime.fused import launch_variant
 from runtime.verify import verify_topk
 from runtime.workloads import FAMILIES, make_workload
 
 pytestmark = requires_gpu
 
-POISON = -7
 DEFAULTS = [default_variant(h, k, mma=m) for m in AXES["mma"] for h in AXES["heads"] for k in AXES["top_k"]]
 
 
 def run_poisoned(variant, wl):
-    out = torch.full((wl.rows, wl.top_k), POISON, dtype=torch.int32, device="cuda")
-    launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, out=out)
-    torch.cuda.synchronize()
-    assert not (out == POISON).any(), "elements left unwritten"
+    out = check.run_poisoned(variant, wl)
+    assert not (out == check.POISON).any(), "elements left unwritten"
     return out
 
 
@@ -69,8 +66,9 @@ def test_public_api_paths_agree_with_the_reference(path, monkeypatch):
     assert report.ok, report.summary()
 
 
-def test_torch_compile_uses_the_custom_op():
-    variant = default_variant(32, 512)
+@pytest.mark.parametrize("mma", AXES["mma"])
+def test_torch_compile_uses_the_custom_op(mma):
+    variant = default_variant(32, 512, mma=mma)
     wl = make_workload("random", 256, 8192, 32, 512, seed=6, device="cuda")
 
     @torch.compile(fullgraph=True)
@@ -81,8 +79,9 @@ def test_torch_compile_uses_the_custom_op():
     assert verify_topk(out, *wl.args()).ok
 
 
-def test_cuda_graph_replays_on_new_data():
-    variant = default_variant(64, 2048)
+@pytest.mark.parametrize("mma", AXES["mma"])
+def test_cuda_graph_replays_on_new_data(mma):
+    variant = default_variant(64, 2048, mma=mma)
     a = make_workload("random", 256, 10_000, 64, 2048, seed=1, device="cuda")
     b = make_workload("peaked", 256, 10_000, 64, 2048, seed=2, device="cuda")
     static = [t.clone() for t in (a.q, a.k_fp8, a.k_scale, a.weights, a.ks, a.ke)]

@@ -57,7 +57,9 @@ def test_dispatch_rules():
     assert select_variant(table, None, problem()) is None  # no fp8 tensor cores
     assert select_variant([], "sm90a", problem()) is None  # no table for this GPU
     assert select_variant(table, "sm100a", problem()) is None  # a table of another arch's builds
-    assert select_variant([], "sm90a", problem(heads=64, top_k=512), force_fused=True) == default_variant(64, 512)
+    forced = select_variant([], "sm90a", problem(heads=64, top_k=512), force_fused=True)
+    assert forced == default_variant(64, 512) and forced.mma == "wgmma"  # the arch's fastest core
+    assert select_variant([], "sm89", problem(), force_fused=True).mma == "mmasync"
 
 
 def test_cpu_tensors_and_forced_dense_take_the_dense_path(monkeypatch):

@@ -48,7 +48,7 @@ def test_a_study_finds_the_best_verified_variant():
     built = []
     r = tune_bucket(bucket, m, "sm90a", trials=14, batch=5, build_fn=built.extend, log=lambda s: None)
     # the known-good defaults go first
-    assert m.fused_calls[:2] == [default_variant(32, 1024).name, default_variant(32, 1024, mma="wgmma").name]
+    assert m.fused_calls[:2] == [default_variant(32, 1024, mma="mmasync").name, default_variant(32, 1024, mma="wgmma").name]
     assert len(m.fused_calls) == len(set(m.fused_calls))  # each variant measured once
     assert set(m.fused_calls) <= {v.name for v in built}  # built before measured
     assert r.best is not None and not (r.best.stages == 2 and r.best.warps == 4)
@@ -61,7 +61,7 @@ def test_a_study_finds_the_best_verified_variant():
 
 def test_run_writes_and_merges_the_table(tmp_path):
     out = tmp_path / "tables"
-    old = Entry(64, 512, 1024, 8192, default_variant(64, 512).name, 9.0, 1.0)  # a bucket tuned earlier
+    old = Entry(64, 512, 1024, 8192, default_variant(64, 512, mma="mmasync").name, 9.0, 1.0)  # a bucket tuned earlier
     from runtime.table import save_table, table_path
     save_table(table_path("Fake GPU", out), "Fake GPU", [old], {"arch": "sm90a"})
     buckets = [Bucket(32, 512, 4096, 32768), Bucket(32, 512, 16384, 131072)]

@@ -12,7 +12,7 @@ def test_name_round_trips_and_is_filename_safe():
 
 
 def test_name_encodes_every_parameter():
-    v = default_variant(64, 1024)
+    v = default_variant(64, 1024, mma="mmasync")
     for value in v.params().values():
         assert str(value) in v.name
 
@@ -42,7 +42,7 @@ def test_defaults_are_valid():
 
 
 def _with(**changes):
-    return Variant(**{**default_variant(32, 2048).params(), **changes})
+    return Variant(**{**default_variant(32, 2048, mma="mmasync").params(), **changes})
 
 
 @pytest.mark.parametrize("changes, reason", [
@@ -91,6 +91,6 @@ def test_arch_for_capability():
 
 
 def test_smem_estimate_grows_with_each_buffer():
-    v = default_variant(32, 2048)
+    v = default_variant(32, 2048, mma="mmasync")
     assert _with(stages=4).smem_bytes() - v.smem_bytes() == v.key_tile * (128 + 16 + 4)
     assert _with(buffer=6144).smem_bytes() - v.smem_bytes() == 2 * v.rows * 2048 * 4
