@@ -30,7 +30,8 @@ def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, va
     path, which gives the same answer. validate=False skips the value checks that read inputs back
     from the GPU (a synchronisation; turn them off inside CUDA graphs and torch.compile regions);
     shape/dtype checks always run. The choice of path happens inside the custom op, so compiled
-    graphs hold one opaque call.
+    graphs hold one opaque call; inside a compiled region pass `variant` as a name string (dynamo
+    may trace a Variant's integer fields as symbols and cannot format them into its name).
     """
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
     k_fp8, k_scale = kv
