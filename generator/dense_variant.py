@@ -7,9 +7,10 @@ math warpgroups (64 keys each), Q stages, K stages, top-k threads, top-k candida
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 from .arch import ARCHS
+from .variant import parse_name
 
 DIM = 128
 COARSE_BINS = 2048
@@ -42,11 +43,7 @@ class DenseVariant:
 
     @classmethod
     def from_name(cls, name: str) -> DenseVariant:
-        m = cls._PATTERN.match(name)
-        if m is None:
-            raise ValueError(f"not a dense variant name: {name!r}")
-        v = m.groupdict()
-        return cls(**{f.name: (v[f.name] if f.type == "str" else int(v[f.name])) for f in fields(cls)})
+        return parse_name(cls, cls._PATTERN, name)
 
     def params(self) -> dict:
         return asdict(self)

@@ -42,11 +42,7 @@ class Variant:
 
     @classmethod
     def from_name(cls, name: str) -> Variant:
-        m = cls._PATTERN.match(name)
-        if m is None:
-            raise ValueError(f"not a variant name: {name!r}")
-        values = m.groupdict()
-        return cls(**{f.name: (values[f.name] if f.type == "str" else int(values[f.name])) for f in fields(cls)})
+        return parse_name(cls, cls._PATTERN, name)
 
     def params(self) -> dict:
         return asdict(self)
@@ -93,6 +89,16 @@ class Variant:
         if self.mma == "wgmma":  # accumulators, weights, the compaction's staged candidates, the rest
             return n // 2 + n // 4 + 2 * self.buffer // self.math_threads + 40
         return n + n // 4 + n // 2 + 16 + 40  # q fragments, weights, one m16 tile of acc, A, overhead
+
+
+def parse_name(cls, pattern: re.Pattern, name: str):
+    """The `cls` instance (a variant dataclass) whose name `pattern` matches: one named group per
+    field, ints converted."""
+    m = pattern.match(name)
+    if m is None:
+        raise ValueError(f"not a {cls.__name__} name: {name!r}")
+    values = m.groupdict()
+    return cls(**{f.name: (values[f.name] if f.type == "str" else int(values[f.name])) for f in fields(cls)})
 
 
 def _round_up(x: int, m: int) -> int:

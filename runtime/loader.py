@@ -10,31 +10,44 @@ from generator.dense_variant import DenseVariant
 from generator.variant import Variant
 
 
-class KernelLibrary:
-    """One variant's shared library; see the `extern "C"` block of the kernel template."""
+class _Library:
+    """A built variant opened with ctypes. Its `extern "C"` block exports <prefix>_variant_name (checked
+    against the variant: a library never serves another) and <prefix>_error_string (for cudaError_t codes)."""
 
-    def __init__(self, variant: Variant, path: str):
+    def __init__(self, variant, path: str, prefix: str):
         self.variant = variant
         self.path = path
-        lib = ctypes.CDLL(path)
-        lib.mqa_topk_launch.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-        lib.mqa_topk_launch.restype = ctypes.c_int
-        lib.mqa_topk_error_string.argtypes = [ctypes.c_int]
-        lib.mqa_topk_error_string.restype = ctypes.c_char_p
-        lib.mqa_topk_variant_name.restype = ctypes.c_char_p
-        for fn in ("mqa_topk_smem_bytes", "mqa_topk_threads", "mqa_topk_rows_per_block"):
-            getattr(lib, fn).restype = ctypes.c_int
-        self._lib = lib
-        built_name = lib.mqa_topk_variant_name().decode()
+        self._lib = ctypes.CDLL(path)
+        self._error_string = getattr(self._lib, f"{prefix}_error_string")
+        self._error_string.argtypes = [ctypes.c_int]
+        self._error_string.restype = ctypes.c_char_p
+        name_fn = getattr(self._lib, f"{prefix}_variant_name")
+        name_fn.restype = ctypes.c_char_p
+        built_name = name_fn().decode()
         if built_name != variant.name:
             raise RuntimeError(f"{path} holds {built_name}, expected {variant.name}")
 
+    def _int_functions(self, *names: str) -> None:
+        for fn in names:
+            getattr(self._lib, fn).restype = ctypes.c_int
+
+    def _check(self, err: int, what: str) -> None:
+        if err != 0:
+            raise RuntimeError(f"{self.variant.name}: {what} failed: {self._error_string(err).decode()}")
+
+
+class KernelLibrary(_Library):
+    """A fused variant's shared library; see the `extern "C"` block of its kernel template."""
+
+    def __init__(self, variant: Variant, path: str):
+        super().__init__(variant, path, "mqa_topk")
+        self._lib.mqa_topk_launch.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        self._int_functions("mqa_topk_launch", "mqa_topk_smem_bytes", "mqa_topk_threads", "mqa_topk_rows_per_block")
+
     def launch(self, q, k, k_scale, weights, ks, ke, out, block_order, block_counter, rows: int, keys: int,
                stream: int) -> None:
-        err = self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, block_order, block_counter, rows, keys,
-                                        stream)
-        if err != 0:
-            raise RuntimeError(f"{self.variant.name}: launch failed: {self._lib.mqa_topk_error_string(err).decode()}")
+        self._check(self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, block_order, block_counter, rows,
+                                              keys, stream), "launch")
 
     @property
     def smem_bytes(self) -> int:
@@ -49,30 +62,17 @@ class KernelLibrary:
         return self._lib.mqa_topk_rows_per_block()
 
 
-class DenseLibrary:
+class DenseLibrary(_Library):
     """A dense variant's shared library: the logits kernel and the top-k kernel (see the
     `extern "C"` block of templates/dense_mqa_topk_sm90.cu.j2)."""
 
     def __init__(self, variant: DenseVariant, path: str):
-        self.variant = variant
-        self.path = path
-        lib = ctypes.CDLL(path)
+        super().__init__(variant, path, "mqa_dense")
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-        lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, i, p]
-        lib.mqa_dense_topk_launch.argtypes = [p, ll, i, p, p, i, i, i, p, p]
-        lib.mqa_dense_logits_launch.restype = lib.mqa_dense_topk_launch.restype = i
-        lib.mqa_dense_error_string.argtypes = [i]
-        lib.mqa_dense_error_string.restype = ctypes.c_char_p
-        lib.mqa_dense_variant_name.restype = ctypes.c_char_p
-        lib.mqa_dense_logits_smem_bytes.restype = lib.mqa_dense_topk_smem_bytes.restype = i
-        self._lib = lib
-        built_name = lib.mqa_dense_variant_name().decode()
-        if built_name != variant.name:
-            raise RuntimeError(f"{path} holds {built_name}, expected {variant.name}")
-
-    def _check(self, err: int, what: str) -> None:
-        if err != 0:
-            raise RuntimeError(f"{self.variant.name}: {what} failed: {self._lib.mqa_dense_error_string(err).decode()}")
+        self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, i, p]
+        self._lib.mqa_dense_topk_launch.argtypes = [p, ll, i, p, p, i, i, i, p, p]
+        self._int_functions("mqa_dense_logits_launch", "mqa_dense_topk_launch", "mqa_dense_logits_smem_bytes",
+                            "mqa_dense_topk_smem_bytes")
 
     def logits(self, q, k, k_scale, weights, ks, ke, logits, stride: int, key_origin: int, row_begin: int,
                piece_rows: int, rows: int, keys: int, stream: int) -> None:

@@ -19,7 +19,7 @@ def test_name_encodes_every_parameter():
 
 @pytest.mark.parametrize("bad", ["", "mqa_topk_mmasync_sm90a_h32", "mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096_x"])
 def test_bad_names_are_rejected(bad):
-    with pytest.raises(ValueError, match="not a variant name"):
+    with pytest.raises(ValueError, match="not a Variant name"):
         Variant.from_name(bad)
 
 
