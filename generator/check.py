@@ -20,7 +20,7 @@ from runtime.verify import verify_topk
 from runtime.workloads import FAMILIES, make_workload
 
 from .arch import arch_for_capability
-from .space import AXES, default_variant
+from .space import AXES, default_variants
 from .timing import median_ms, scoring_tflops, visible_pairs
 from .variant import Variant
 
@@ -37,17 +37,18 @@ class Check:
         return f"{'PASS' if self.ok else 'FAIL'}  {self.what:60s} {self.detail}"
 
 
-def run_poisoned(variant: Variant, wl) -> torch.Tensor:
+def run_poisoned(variant: Variant, wl, stats: dict | None = None) -> torch.Tensor:
     """The variant's output for wl, written over an output buffer pre-filled with POISON."""
     out = torch.full((wl.rows, wl.top_k), POISON, dtype=torch.int32, device=wl.q.device)
-    launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, out=out)
+    launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, out=out, stats=stats)
     torch.cuda.synchronize()
     return out
 
 
 def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: int, sample_rows: int | None = None) -> Check:
     wl = make_workload(family, rows, keys, variant.heads, variant.top_k, seed=seed, device="cuda")
-    out = run_poisoned(variant, wl)
+    stats: dict = {}
+    out = run_poisoned(variant, wl, stats)
     rows_to_check = None
     if sample_rows is not None and sample_rows < rows:
         g = torch.Generator().manual_seed(seed)
@@ -55,6 +56,9 @@ def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: in
     poisoned = int((out == POISON).sum())
     report = verify_topk(out, *wl.args(), rows=rows_to_check)
     detail = report.summary() + (f"; {poisoned} unwritten" if poisoned else "")
+    if "rescan_blocks" in stats:
+        blocks = -(-rows // variant.rows)
+        detail += f"; rescanned {stats['rescan_blocks']}/{blocks} row blocks"
     return Check(f"{variant.name} {family} M={rows} N={keys}", report.ok and not poisoned, detail)
 
 
@@ -81,7 +85,7 @@ def main(args) -> int:
         return 2
     arch = arch_for_capability(*torch.cuda.get_device_capability())
     variants = [Variant.from_name(n) for n in args.variant] or [
-        default_variant(h, k, arch.name, mma) for mma in arch.mma_kinds for h in AXES["heads"] for k in AXES["top_k"]]
+        v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k, arch.name)]
     log = open(args.log, "a") if args.log else None
     checks: list[Check] = []
     t0 = time.time()

@@ -1,5 +1,5 @@
 """The variants this project ships: every fused variant a tuned table names, the default fused
-variant per (scoring core, heads, top_k), and the dense variant per (heads, top_k). CI compiles
+variant per (kernel kind, heads, top_k), and the dense variant per (heads, top_k). CI compiles
 all of them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from runtime.table import table_dir
 
 from .dense_variant import DenseVariant, default_dense_variant
-from .space import AXES, default_variant
+from .space import AXES, default_variants
 from .variant import Variant
 
 
@@ -22,5 +22,5 @@ def shipped_variants() -> list[Variant]:
     for path in sorted(table_dir().glob("*.json")):
         names.update(e["variant"] for e in json.loads(path.read_text())["entries"])
     variants = {Variant.from_name(n) for n in names}
-    variants.update(default_variant(h, k, mma=m) for m in AXES["mma"] for h in AXES["heads"] for k in AXES["top_k"])
+    variants.update(v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k))
     return sorted(variants)

@@ -22,7 +22,8 @@ AXES: dict[str, tuple] = {
     "key_tile": (128, 192, 256),
     "warps": (4, 8, 12),
     "stages": (2, 3, 4),
-    "buffer": (1024, 1536, 2048, 3072, 4096, 6144, 8192),
+    "buffer": (1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384),
+    "sample_tiles": (0, 8, 16),
 }
 
 MAX_REGISTERS_PER_THREAD = 232  # 255 minus headroom: the estimate is coarse
@@ -44,9 +45,21 @@ def rejection_reason(v: Variant) -> str | None:
             return f"wgmma N = rows x heads = {v.rows * v.heads} must be a multiple of 64, at most 256"
     elif v.key_tile % (16 * v.warps):
         return f"key_tile {v.key_tile} does not split into 16-key mma tiles over {v.warps} warps"
+    if v.gated:
+        if v.mma != "wgmma":
+            return "the sampled gate (sample_tiles > 0) runs on the wgmma core only"
+        if v.sample_tiles * v.key_tile > v.buffer:
+            return f"a sample of {v.sample_tiles} tiles x {v.key_tile} keys does not fit a {v.buffer}-entry slab"
+        if v.buffer < 2 * v.top_k:
+            return f"slab of {v.buffer} < 2 x top_k: no room for the candidates a gate aims for"
+        if v.rows > v.warps:
+            return f"{v.rows} rows > {v.warps} math warps: the selection scans one row per warp"
+        rescan_reason = rejection_reason(v.rescan_variant)
+        if rescan_reason:
+            return f"its rescan variant {v.rescan_variant.name} is invalid: {rescan_reason}"
     if v.buffer < v.top_k + v.key_tile:
         return f"buffer {v.buffer} < top_k + key_tile = {v.top_k + v.key_tile}: a compacted row could not take a tile"
-    if v.buffer % v.math_threads:
+    if not v.gated and v.buffer % v.math_threads:
         return f"buffer {v.buffer} is not a multiple of the {v.math_threads} threads that select over it"
     regs, available = v.registers_estimate(), min(MAX_REGISTERS_PER_THREAD, v.registers_available())
     if regs > available:
@@ -74,12 +87,24 @@ def valid_variants(**fixed) -> list[Variant]:
     return [v for v, reason in enumerate_space(**fixed) if reason is None]
 
 
-def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None = None) -> Variant:
+def kernel_kinds(arch: str = "sm90a") -> list[tuple[str, bool]]:
+    """The (scoring core, gated) kernels `arch` can run: mma.sync and wgmma cores, the gate on wgmma."""
+    kinds = [(mma, False) for mma in ARCHS[arch].mma_kinds]
+    return kinds + [("wgmma", True)] if "wgmma" in ARCHS[arch].mma_kinds else kinds
+
+
+def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None = None,
+                    gated: bool | None = None) -> Variant:
     """A sound untuned choice, used where no tuned table names one (tests, first builds); `mma`
-    defaults to the arch's fastest core (wgmma where it exists)."""
+    defaults to the arch's fastest core (wgmma where it exists), `gated` to the gate on wgmma."""
     if mma is None:
         mma = "wgmma" if "wgmma" in ARCHS[arch].mma_kinds else "mmasync"
-    if mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
+    if gated is None:
+        gated = mma == "wgmma"
+    if gated:  # 128 (row, head) columns, three math warpgroups (four spill), slabs of 16K candidates
+        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=192, warps=12, stages=4,
+                    buffer=16384, sample_tiles=16)
+    elif mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=128, warps=8, stages=4,
                     buffer=min(b for b in AXES["buffer"] if b >= top_k + 128 and b % 256 == 0))
     else:
@@ -88,8 +113,13 @@ def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None
     reason = rejection_reason(v)
     if reason:
         # Fall back to the smallest valid footprint (e.g. archs with less shared memory).
-        candidates = valid_variants(mma=mma, arch=arch, heads=heads, top_k=top_k)
+        candidates = [c for c in valid_variants(mma=mma, arch=arch, heads=heads, top_k=top_k) if c.gated == gated]
         if not candidates:
             raise ValueError(f"no valid {mma} variant for heads={heads}, top_k={top_k} on {arch}: {reason}")
         v = min(candidates, key=lambda c: c.smem_bytes())
     return v
+
+
+def default_variants(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant]:
+    """One default per kernel kind of `arch` (what CI compiles and the GPU tests run)."""
+    return [default_variant(heads, top_k, arch, mma, gated) for mma, gated in kernel_kinds(arch)]

@@ -26,10 +26,10 @@ from typing import Protocol
 from runtime.table import Entry, load_table, save_table, table_dir, table_path
 
 from .arch import arch_for_capability
-from .space import AXES, default_variant, enumerate_space, rejection_reason
+from .space import AXES, default_variants, enumerate_space, rejection_reason
 from .variant import Variant
 
-TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer")
+TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles")
 DEFAULT_SHAPES = ((4096, 32_768), (16_384, 131_072))  # (rows, keys): a short and a long causal chunk
 
 
@@ -95,9 +95,8 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
     study = optuna.create_study(
         study_name=f"{arch}_{bucket.name}", storage=storage, load_if_exists=True, direction="minimize",
         sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, trials)))
-    if not study.trials:  # the known-good defaults of every core this arch has go first
-        for mma in choices["mma"]:
-            default = default_variant(bucket.heads, bucket.top_k, arch, mma)
+    if not study.trials:  # the known-good defaults of every kernel kind this arch has go first
+        for default in default_variants(bucket.heads, bucket.top_k, arch):
             study.enqueue_trial({a: getattr(default, a) for a in TUNED_AXES})
 
     dense_ms = measurer.dense_ms(bucket)

@@ -7,7 +7,7 @@ name in a tuned-config table, a cache directory or a log line is the whole descr
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 DIM = 128  # fp8 bytes per key and per query head: fixed by the models this serves
 SMEM_KEY_STRIDE = DIM + 16  # padded shared-memory row of one key (see the kernel template)
@@ -23,22 +23,44 @@ class Variant:
     key_tile: int  # keys per pipeline stage
     warps: int  # mmasync: all warps; wgmma: the math warps (4 per warpgroup; a producer warpgroup is added)
     stages: int  # key tiles in flight
-    buffer: int  # candidate capacity per row
+    buffer: int  # candidate capacity per row: shared memory (streaming), or the row's workspace slab (gate)
+    # Selection: 0 = exact streaming top-k in a compacting shared-memory buffer; n > 0 = the sampled
+    # gate (wgmma only): up to n key tiles sampled per row block set each row's threshold, candidates go
+    # to a slab in the workspace, and blocks the gate cannot serve are redone by the streaming kernel.
+    sample_tiles: int = 0
 
     _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2", "wgmma": "fused_mqa_topk_wgmma.cu.j2"}
-    kernels = ("fused_mqa_topk_kernel",)  # the __global__ functions a build holds
-    # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096
+    _GATE_TEMPLATE = "fused_mqa_topk_gate_wgmma.cu.j2"
+    # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096,
+    # and gated variants end in _m<sample_tiles>: mqa_topk_wgmma_sm90a_h32_k2048_r4_t256_w16_s4_b16384_m16
     _PATTERN = re.compile(
         r"^mqa_topk_(?P<mma>[a-z]+)_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)"
-        r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)$"
+        r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_m(?P<sample_tiles>[1-9]\d*))?$"
     )
 
     @property
     def name(self) -> str:
+        gate = f"_m{self.sample_tiles}" if self.gated else ""
         return (
             f"mqa_topk_{self.mma}_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}"
-            f"_t{self.key_tile}_w{self.warps}_s{self.stages}_b{self.buffer}"
+            f"_t{self.key_tile}_w{self.warps}_s{self.stages}_b{self.buffer}{gate}"
         )
+
+    @property
+    def gated(self) -> bool:
+        return self.sample_tiles > 0
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """The __global__ functions a build holds."""
+        return ("fused_mqa_topk_gate_kernel", "fused_mqa_topk_kernel") if self.gated else ("fused_mqa_topk_kernel",)
+
+    @property
+    def rescan_variant(self) -> Variant:
+        """A gated variant's exact fallback, compiled into the same library: the streaming kernel on the
+        same row blocks (same rows), two math warpgroups and the smallest buffer that fits."""
+        buffer = next(b for b in (1024, 1536, 2048, 3072, 4096, 6144, 8192) if b >= self.top_k + 128 and b % 256 == 0)
+        return replace(self, key_tile=128, warps=8, stages=4, buffer=buffer, sample_tiles=0)
 
     @classmethod
     def from_name(cls, name: str) -> Variant:
@@ -49,7 +71,7 @@ class Variant:
 
     @property
     def template(self) -> str:
-        return self._TEMPLATES[self.mma]
+        return self._GATE_TEMPLATE if self.gated else self._TEMPLATES[self.mma]
 
     @property
     def threads(self) -> int:
@@ -62,12 +84,12 @@ class Variant:
 
     def smem_bytes(self) -> int:
         """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
-        candidates = 2 * self.rows * self.buffer * 4
-        select_scratch = 256 * 4 + 4 * 4
+        candidates = 0 if self.gated else 2 * self.rows * self.buffer * 4
+        select_scratch = (256 * 4 + 4 * 4) * (self.rows if self.gated else 1)
         if self.mma == "wgmma":
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)
-            state = select_scratch + 8 * self.rows + 4 * 2
+            state = select_scratch + (4 if self.gated else 8) * self.rows + 4 * 2  # + count (and theta) per row, block ids
             barriers = 8 * 2 * (2 + self.stages)
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
@@ -81,11 +103,15 @@ class Variant:
         if self.mma != "wgmma":
             return 255
         launch = min(248, 65536 // self.threads // 8 * 8)
+        if self.gated:  # ptxas allocates the whole kernel within the launch allocation (measured: it spills there)
+            return launch
         return min(240, (launch * self.threads - 128 * 32) // self.math_threads // 8 * 8)
 
     def registers_estimate(self) -> int:
         """Registers a (math) thread needs, from what stays live."""
         n = self.rows * self.heads  # (row, head) columns
+        if self.gated:  # accumulators, weights, the rest (ptxas: 104 for N = 128)
+            return n // 2 + n // 4 + 8
         if self.mma == "wgmma":  # accumulators, weights, the compaction's staged candidates, the rest
             return n // 2 + n // 4 + 2 * self.buffer // self.math_threads + 40
         return n + n // 4 + n // 2 + 16 + 40  # q fragments, weights, one m16 tile of acc, A, overhead
@@ -97,8 +123,9 @@ def parse_name(cls, pattern: re.Pattern, name: str):
     m = pattern.match(name)
     if m is None:
         raise ValueError(f"not a {cls.__name__} name: {name!r}")
-    values = m.groupdict()
-    return cls(**{f.name: (values[f.name] if f.type == "str" else int(values[f.name])) for f in fields(cls)})
+    values = {k: v for k, v in m.groupdict().items() if v is not None}  # optional groups keep their defaults
+    return cls(**{f.name: (values[f.name] if f.type == "str" else int(values[f.name])) for f in fields(cls)
+                  if f.name in values})
 
 
 def _round_up(x: int, m: int) -> int:

@@ -23,8 +23,10 @@ def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, rows_per_block: int) -> t
 
 
 def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: int,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
-    """Runs `variant` on the current stream (into `out` if given). Inputs must satisfy the contract."""
+                   out: torch.Tensor | None = None, stats: dict | None = None) -> torch.Tensor:
+    """Runs `variant` on the current stream (into `out` if given). Inputs must satisfy the contract.
+    With `stats` (a dict; this synchronises), a gated variant reports "rescan_blocks": the row blocks
+    its gate could not serve, which the exact streaming kernel redid."""
     if variant.heads != q.shape[1] or variant.top_k != top_k:
         raise ValueError(f"{variant.name} serves heads={variant.heads}, top_k={variant.top_k}; "
                          f"got heads={q.shape[1]}, top_k={top_k}")
@@ -40,11 +42,13 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
     lib = load(variant)
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
     order = heaviest_first(ks, ke, variant.rows)
-    counter = torch.empty(1, dtype=torch.int32, device=q.device)
     with torch.cuda.device(q.device):
+        workspace = torch.empty(lib.workspace_bytes(rows), dtype=torch.uint8, device=q.device)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         lib.launch(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
-                   ke.data_ptr(), out.data_ptr(), order.data_ptr(), counter.data_ptr(), rows, keys, stream)
+                   ke.data_ptr(), out.data_ptr(), order.data_ptr(), workspace.data_ptr(), rows, keys, stream)
+    if stats is not None and variant.gated:
+        stats["rescan_blocks"] = int(workspace[4:8].view(torch.int32).item())  # the launcher's counters[1]
     return out
 
 

@@ -43,10 +43,19 @@ class KernelLibrary(_Library):
         super().__init__(variant, path, "mqa_topk")
         self._lib.mqa_topk_launch.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self._int_functions("mqa_topk_launch", "mqa_topk_smem_bytes", "mqa_topk_threads", "mqa_topk_rows_per_block")
+        self._lib.mqa_topk_workspace_bytes.argtypes = [ctypes.c_int]
+        self._lib.mqa_topk_workspace_bytes.restype = ctypes.c_longlong
 
-    def launch(self, q, k, k_scale, weights, ks, ke, out, block_order, block_counter, rows: int, keys: int,
+    def workspace_bytes(self, rows: int) -> int:
+        """Device memory a launch over `rows` rows needs (on the current device)."""
+        n = self._lib.mqa_topk_workspace_bytes(rows)
+        if n < 0:
+            raise RuntimeError(f"{self.variant.name}: cannot size the workspace (no CUDA device?)")
+        return n
+
+    def launch(self, q, k, k_scale, weights, ks, ke, out, block_order, workspace, rows: int, keys: int,
                stream: int) -> None:
-        self._check(self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, block_order, block_counter, rows,
+        self._check(self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, block_order, workspace, rows,
                                               keys, stream), "launch")
 
     @property

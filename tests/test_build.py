@@ -19,17 +19,22 @@ from runtime.loader import DenseLibrary, KernelLibrary
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("mma, instruction", [("mmasync", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"),
-                                              ("wgmma", "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3")])
-def test_rendered_source_is_self_contained_and_names_its_parameters(mma, instruction):
-    v = default_variant(32, 2048, mma=mma)
+@pytest.mark.parametrize("mma, gated, instruction", [
+    ("mmasync", False, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"),
+    ("wgmma", False, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"),
+    ("wgmma", True, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3")])
+def test_rendered_source_is_self_contained_and_names_its_parameters(mma, gated, instruction):
+    v = default_variant(32, 2048, mma=mma, gated=gated)
     src = render(v)
     assert v.name in src
     assert "#include \"common/" not in src  # shared headers pasted in
     assert instruction in src
+    buffer = f"kCapacity = {v.buffer};" if gated else f"kBuffer = {v.buffer};"
     for line in (f"kHeads = {v.heads};", f"kTopK = {v.top_k};", f"kRows = {v.rows};", f"kKeyTile = {v.key_tile};",
-                 f"Warps = {v.warps};", f"kStages = {v.stages};", f"kBuffer = {v.buffer};"):
+                 f"Warps = {v.warps};", f"kStages = {v.stages};", buffer):
         assert line in src
+    if gated:  # the exact rescan kernel is compiled in with it
+        assert f"kSampleTiles = {v.sample_tiles};" in src and v.rescan_variant.name in src
     assert "{{ v." not in src and "include_raw" not in src  # nothing left unrendered
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.space import default_variant, rejection_reason
+from generator.space import default_variant, default_variants, rejection_reason
 from generator.tune import Bucket, VerificationError, merge_entries, run, tunable_choices, tune_bucket
 from generator.variant import Variant
 from runtime.table import Entry, load_table
@@ -48,12 +48,12 @@ def test_a_study_finds_the_best_verified_variant():
     built = []
     r = tune_bucket(bucket, m, "sm90a", trials=14, batch=5, build_fn=built.extend, log=lambda s: None)
     # the known-good defaults go first
-    assert m.fused_calls[:2] == [default_variant(32, 1024, mma="mmasync").name, default_variant(32, 1024, mma="wgmma").name]
+    assert m.fused_calls[:3] == [v.name for v in default_variants(32, 1024)]
     assert len(m.fused_calls) == len(set(m.fused_calls))  # each variant measured once
     assert set(m.fused_calls) <= {v.name for v in built}  # built before measured
     assert r.best is not None and not (r.best.stages == 2 and r.best.warps == 4)
-    measured = {n: m.fused_ms(Variant.from_name(n), bucket) for n in set(m.fused_calls)
-                if not n.endswith("_s2_b" + n.split("_b")[-1]) or "_w4_" not in n}
+    verified = [Variant.from_name(n) for n in set(m.fused_calls)]
+    measured = {v.name: m.fused_ms(v, bucket) for v in verified if (v.stages, v.warps) != (2, 4)}
     assert r.fused_ms == pytest.approx(min(measured.values()))
     assert r.dense_ms == pytest.approx(5.0)
     assert r.trials == 14

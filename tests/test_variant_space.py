@@ -1,7 +1,7 @@
 import pytest
 
 from generator.arch import ARCHS, arch_for_capability
-from generator.space import AXES, default_variant, enumerate_space, rejection_reason, valid_variants
+from generator.space import AXES, default_variant, default_variants, enumerate_space, kernel_kinds, rejection_reason, valid_variants
 from generator.variant import Variant
 
 
@@ -12,9 +12,12 @@ def test_name_round_trips_and_is_filename_safe():
 
 
 def test_name_encodes_every_parameter():
-    v = default_variant(64, 1024, mma="mmasync")
-    for value in v.params().values():
-        assert str(value) in v.name
+    for v in (default_variant(64, 1024, mma="mmasync"), default_variant(64, 1024, mma="wgmma", gated=True)):
+        for value in v.params().values():
+            assert str(value) in v.name
+    streaming = default_variant(64, 1024, mma="wgmma", gated=False)
+    assert not streaming.gated and "_m" not in streaming.name  # streaming names are unchanged by the gate axis
+    assert default_variant(64, 1024, mma="wgmma", gated=True).name.endswith("_m16")
 
 
 @pytest.mark.parametrize("bad", ["", "mqa_topk_mmasync_sm90a_h32", "mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096_x"])
@@ -33,12 +36,26 @@ def test_every_model_configuration_has_valid_variants_on_every_arch_and_core():
 
 def test_defaults_are_valid():
     for arch in ARCHS:
-        for mma in ARCHS[arch].mma_kinds:
+        for mma, gated in kernel_kinds(arch):
             for heads in AXES["heads"]:
                 for top_k in AXES["top_k"]:
-                    v = default_variant(heads, top_k, arch, mma)
+                    v = default_variant(heads, top_k, arch, mma, gated)
                     assert rejection_reason(v) is None
-                    assert (v.arch, v.mma, v.heads, v.top_k) == (arch, mma, heads, top_k)
+                    assert (v.arch, v.mma, v.heads, v.top_k, v.gated) == (arch, mma, heads, top_k, gated)
+
+
+def test_kernel_kinds_and_their_defaults():
+    assert kernel_kinds("sm90a") == [("mmasync", False), ("wgmma", False), ("wgmma", True)]
+    assert kernel_kinds("sm89") == [("mmasync", False)]
+    assert default_variant(32, 2048).gated  # the gate is Hopper's default fused kernel
+    assert [(v.mma, v.gated) for v in default_variants(32, 2048)] == kernel_kinds("sm90a")
+
+
+def test_a_gated_variant_carries_its_rescan_kernel():
+    v = default_variant(32, 2048, gated=True)
+    r = v.rescan_variant
+    assert not r.gated and r.mma == "wgmma" and r.rows == v.rows and rejection_reason(r) is None
+    assert v.kernels == ("fused_mqa_topk_gate_kernel", "fused_mqa_topk_kernel")
 
 
 def _with(**changes):
@@ -59,6 +76,11 @@ def _with(**changes):
     (dict(mma="wgmma", key_tile=128, warps=8, rows=1), "wgmma N = rows x heads = 32"),
     (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=3072), None),
     (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=6144), "bytes of shared memory"),
+    (dict(sample_tiles=8), "gate .* runs on the wgmma core only"),
+    (dict(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=16384, sample_tiles=16), None),
+    (dict(mma="wgmma", key_tile=192, warps=12, rows=4, heads=64, buffer=16384, sample_tiles=16), "registers a thread"),
+    (dict(mma="wgmma", key_tile=192, warps=12, rows=4, top_k=512, buffer=2048, sample_tiles=16), "does not fit a 2048-entry slab"),
+    (dict(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=3072, sample_tiles=8), "< 2 x top_k"),
 ])
 def test_rejection_reasons(changes, reason):
     got = rejection_reason(_with(**changes))

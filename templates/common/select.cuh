@@ -17,40 +17,59 @@ struct CtaSync {
     __device__ __forceinline__ void operator()() const { __syncthreads(); }
 };
 
-struct Scratch {
-    uint32_t hist[256];
-    uint32_t prefix;     // the k-th code's bits found so far
-    uint32_t remaining;  // its rank among the codes that share those bits
-    int slot_counter;    // next output slot
-    int equal_taken;     // codes equal to the k-th code kept so far
+// Scratch for selecting in kRows lists at once (one histogram each); Scratch is the one-list case.
+template <int kRows>
+struct RadixScratch {
+    uint32_t hist[kRows][256];
+    uint32_t prefix[kRows];     // the k-th code's bits found so far
+    uint32_t remaining[kRows];  // its rank among the codes that share those bits
+    int slot_counter[kRows];    // next output slot
+    int equal_taken[kRows];     // codes equal to the k-th code kept so far
 };
+using Scratch = RadixScratch<1>;
 
-// The k-th largest of code_at(0), ..., code_at(n - 1), 1 <= k <= n; *take_equal receives how many
-// codes equal to it belong to the top k. code_at may read shared or global memory (four passes).
-template <int kThreads, typename CodeAt, typename Sync = CtaSync>
-__device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, uint32_t* take_equal, Sync sync = {}) {
+// For each list r with 1 <= rank[r] <= n[r]: kth[r] = the rank[r]-th largest of code_at(r, i),
+// i < n[r], and take_equal[r] = how many codes equal to it belong to its top rank[r]. Lists with
+// rank[r] == 0 are skipped (kth 0, take_equal all). One set of four passes serves every list: warp r
+// scans list r's histogram, so kRows <= kThreads / 32. code_at may read shared or global memory.
+template <int kThreads, int kRows, typename CodeAt, typename Sync = CtaSync>
+__device__ void kth_largest_codes(CodeAt code_at, const int (&n)[kRows], const int (&rank)[kRows],
+                                  RadixScratch<kRows>& s, uint32_t (&kth)[kRows], uint32_t (&take_equal)[kRows],
+                                  Sync sync = {}) {
+    static_assert(kRows <= kThreads / 32, "one scanning warp per list");
     const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    uint32_t prefix = 0;
-    uint32_t remaining = static_cast<uint32_t>(k);
+    const int lane = tid & 31, warp = tid / 32;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {  // (rank[tid] would put rank in local memory)
+        if (tid == r) {
+            s.prefix[r] = 0;
+            s.remaining[r] = static_cast<uint32_t>(rank[r]);
+        }
+    }
 #pragma unroll 1
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = tid; i < 256; i += kThreads) s.hist[i] = 0;
+        for (int i = tid; i < kRows * 256; i += kThreads) (&s.hist[0][0])[i] = 0;
         sync();
         const uint32_t known_bits = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
-        for (int i = tid; i < n; i += kThreads) {
-            const uint32_t c = code_at(i);
-            if (((c ^ prefix) & known_bits) == 0) atomicAdd(&s.hist[(c >> shift) & 255u], 1u);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            if (rank[r] == 0) continue;
+            const uint32_t prefix = s.prefix[r];
+            for (int i = tid; i < n[r]; i += kThreads) {
+                const uint32_t c = code_at(r, i);
+                if (((c ^ prefix) & known_bits) == 0) atomicAdd(&s.hist[r][(c >> shift) & 255u], 1u);
+            }
         }
         sync();
-        if (tid < 32) {
+        if (warp < kRows && s.remaining[warp] > 0) {  // lists with rank 0 have nothing to find
             // Lane l owns bins 255-8l down to 248-8l; a scan over lanes finds the bin holding rank
             // `remaining`, counted from the top.
+            const uint32_t remaining = s.remaining[warp];
             uint32_t counts[8];
             uint32_t lane_total = 0;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                counts[j] = s.hist[255 - 8 * lane - j];
+                counts[j] = s.hist[warp][255 - 8 * lane - j];
                 lane_total += counts[j];
             }
             uint32_t inclusive = lane_total;
@@ -60,25 +79,39 @@ __device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, u
                 if (lane >= offset) inclusive += v;
             }
             uint32_t above = inclusive - lane_total;
+            __syncwarp();  // every lane has read s.remaining before the owner lane rewrites it
             if (above < remaining && remaining <= inclusive) {
                 bool found = false;
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     if (!found && above + counts[j] >= remaining) {
                         found = true;
-                        s.prefix = prefix | (static_cast<uint32_t>(255 - 8 * lane - j) << shift);
-                        s.remaining = remaining - above;
+                        s.prefix[warp] |= static_cast<uint32_t>(255 - 8 * lane - j) << shift;
+                        s.remaining[warp] = remaining - above;
                     }
                     if (!found) above += counts[j];
                 }
             }
         }
         sync();
-        prefix = s.prefix;
-        remaining = s.remaining;
     }
-    *take_equal = remaining;
-    return prefix;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        kth[r] = rank[r] > 0 ? s.prefix[r] : 0u;
+        take_equal[r] = rank[r] > 0 ? s.remaining[r] : 0xFFFFFFFFu;
+    }
+    sync();  // the scratch may be reused at once
+}
+
+// The k-th largest of code_at(0), ..., code_at(n - 1), 1 <= k <= n; *take_equal receives how many
+// codes equal to it belong to the top k. code_at may read shared or global memory (four passes).
+template <int kThreads, typename CodeAt, typename Sync = CtaSync>
+__device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, uint32_t* take_equal, Sync sync = {}) {
+    const int ns[1] = {n}, ranks[1] = {k};
+    uint32_t kth[1], equal[1];
+    kth_largest_codes<kThreads, 1>([&](int, int i) { return code_at(i); }, ns, ranks, s, kth, equal, sync);
+    *take_equal = equal[0];
+    return kth[0];
 }
 
 // Calls emit(slot, code, key) once for each of the top min(k, n) candidates of codes/keys[0, n),
@@ -104,8 +137,8 @@ __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, 
         my_keys[j] = i < n ? keys[i] : 0;
     }
     if (tid == 0) {
-        s.slot_counter = 0;
-        s.equal_taken = 0;
+        s.slot_counter[0] = 0;
+        s.equal_taken[0] = 0;
     }
     sync();
 
@@ -115,9 +148,9 @@ __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, 
         const bool live = i < n;
         // Codes equal to the k-th: admit the first take_equal of them.
         const bool equal = live && my_codes[j] == kth;
-        const int rank = prim::warp_append(&s.equal_taken, equal);
+        const int rank = prim::warp_append(&s.equal_taken[0], equal);
         const bool keep = (live && my_codes[j] > kth) || (equal && static_cast<uint32_t>(rank) < take_equal);
-        const int slot = prim::warp_append(&s.slot_counter, keep);
+        const int slot = prim::warp_append(&s.slot_counter[0], keep);
         if (keep) emit(slot, my_codes[j], my_keys[j]);
     }
     sync();
@@ -146,6 +179,41 @@ __device__ void write_top_k(const uint32_t* codes, const int* keys, int n, int k
     select_top_k<kThreads, kCapacity>(codes, keys, n, k, s, [&](int slot, uint32_t, int key) { out_row[slot] = key - key_base; },
                                       sync);
     for (int i = min(n, k) + int(threadIdx.x); i < k; i += kThreads) out_row[i] = -1;
+}
+
+// The answers of kRows rows at once from candidate lists that are not overwritten (e.g. slabs in
+// global memory): row r's candidates are cand[r * stride + i], i < n[r], as (code, key) pairs; its top
+// k go to out + r * k as key - key_base[r], then -1 up to k. Rows r >= live_rows are not written.
+template <int kThreads, int kRows, typename Sync = CtaSync>
+__device__ void write_top_k_rows(const uint2* cand, int stride, const int (&n)[kRows], int k, int live_rows,
+                                 const int (&key_base)[kRows], RadixScratch<kRows>& s, int* out, Sync sync = {}) {
+    int rank[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rank[r] = n[r] > k ? k : 0;  // rank 0: every candidate is kept
+    uint32_t kth[kRows], take_equal[kRows];
+    kth_largest_codes<kThreads, kRows>([&](int r, int i) { return cand[r * stride + i].x; }, n, rank, s, kth, take_equal,
+                                       sync);
+    if (int(threadIdx.x) < kRows) {
+        s.slot_counter[threadIdx.x] = 0;
+        s.equal_taken[threadIdx.x] = 0;
+    }
+    sync();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        if (r >= live_rows) continue;
+        for (int base = 0; base < n[r]; base += kThreads) {  // whole warps per round: warp_append needs them
+            const int i = base + int(threadIdx.x);
+            const bool live = i < n[r];
+            const uint2 c = live ? cand[r * stride + i] : make_uint2(0u, 0u);
+            const bool equal = live && c.x == kth[r];
+            const int e = prim::warp_append(&s.equal_taken[r], equal);
+            const bool keep = (live && c.x > kth[r]) || (equal && static_cast<uint32_t>(e) < take_equal[r]);
+            const int slot = prim::warp_append(&s.slot_counter[r], keep);
+            if (keep) out[r * k + slot] = int(c.y) - key_base[r];
+        }
+        for (int i = min(n[r], k) + int(threadIdx.x); i < k; i += kThreads) out[r * k + i] = -1;
+    }
+    sync();
 }
 
 }  // namespace sel
