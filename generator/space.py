@@ -23,7 +23,7 @@ AXES: dict[str, tuple] = {
     "warps": (4, 8, 12),
     "stages": (2, 3, 4),
     "buffer": (1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384),
-    "sample_tiles": (0, 8, 16),
+    "sample_tiles": (0, 8, 16, 32),
 }
 
 MAX_REGISTERS_PER_THREAD = 232  # 255 minus headroom: the estimate is coarse
@@ -103,7 +103,7 @@ def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None
         gated = mma == "wgmma"
     if gated:  # 128 (row, head) columns, three math warpgroups (four spill), slabs of 16K candidates
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=192, warps=12, stages=4,
-                    buffer=16384, sample_tiles=16)
+                    buffer=16384, sample_tiles=32)
     elif mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=128, warps=8, stages=4,
                     buffer=min(b for b in AXES["buffer"] if b >= top_k + 128 and b % 256 == 0))

@@ -17,7 +17,7 @@ def test_name_encodes_every_parameter():
             assert str(value) in v.name
     streaming = default_variant(64, 1024, mma="wgmma", gated=False)
     assert not streaming.gated and "_m" not in streaming.name  # streaming names are unchanged by the gate axis
-    assert default_variant(64, 1024, mma="wgmma", gated=True).name.endswith("_m16")
+    assert default_variant(64, 1024, mma="wgmma", gated=True).name.endswith("_m32")
 
 
 @pytest.mark.parametrize("bad", ["", "mqa_topk_mmasync_sm90a_h32", "mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096_x"])

@@ -31,8 +31,9 @@ using Scratch = RadixScratch<1>;
 // For each list r with 1 <= rank[r] <= n[r]: kth[r] = the rank[r]-th largest of code_at(r, i),
 // i < n[r], and take_equal[r] = how many codes equal to it belong to its top rank[r]. Lists with
 // rank[r] == 0 are skipped (kth 0, take_equal all). One set of four passes serves every list: warp r
-// scans list r's histogram, so kRows <= kThreads / 32. code_at may read shared or global memory.
-template <int kThreads, int kRows, typename CodeAt, typename Sync = CtaSync>
+// scans list r's histogram, so kRows <= kThreads / 32. code_at may read shared or global memory
+// (then kBatch > 1 keeps several loads in flight per thread).
+template <int kThreads, int kRows, int kBatch = 1, typename CodeAt, typename Sync = CtaSync>
 __device__ void kth_largest_codes(CodeAt code_at, const int (&n)[kRows], const int (&rank)[kRows],
                                   RadixScratch<kRows>& s, uint32_t (&kth)[kRows], uint32_t (&take_equal)[kRows],
                                   Sync sync = {}) {
@@ -55,9 +56,16 @@ __device__ void kth_largest_codes(CodeAt code_at, const int (&n)[kRows], const i
         for (int r = 0; r < kRows; ++r) {
             if (rank[r] == 0) continue;
             const uint32_t prefix = s.prefix[r];
-            for (int i = tid; i < n[r]; i += kThreads) {
-                const uint32_t c = code_at(r, i);
-                if (((c ^ prefix) & known_bits) == 0) atomicAdd(&s.hist[r][(c >> shift) & 255u], 1u);
+            // kBatch loads in flight before their atomics: for lists in global memory (kBatch 4),
+            // where one L2 round trip at a time would dominate the pass.
+            for (int base = tid; base < n[r]; base += kBatch * kThreads) {
+                uint32_t c[kBatch];
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) c[u] = base + u * kThreads < n[r] ? code_at(r, base + u * kThreads) : 0u;
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u)
+                    if (base + u * kThreads < n[r] && ((c[u] ^ prefix) & known_bits) == 0)
+                        atomicAdd(&s.hist[r][(c[u] >> shift) & 255u], 1u);
             }
         }
         sync();
@@ -191,8 +199,9 @@ __device__ void write_top_k_rows(const uint2* cand, int stride, const int (&n)[k
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rank[r] = n[r] > k ? k : 0;  // rank 0: every candidate is kept
     uint32_t kth[kRows], take_equal[kRows];
-    kth_largest_codes<kThreads, kRows>([&](int r, int i) { return cand[r * stride + i].x; }, n, rank, s, kth, take_equal,
-                                       sync);
+    constexpr int kBatch = 4;  // loads in flight per thread: the lists are in global memory
+    kth_largest_codes<kThreads, kRows, kBatch>([&](int r, int i) { return cand[r * stride + i].x; }, n, rank, s, kth,
+                                               take_equal, sync);
     if (int(threadIdx.x) < kRows) {
         s.slot_counter[threadIdx.x] = 0;
         s.equal_taken[threadIdx.x] = 0;
@@ -201,15 +210,22 @@ __device__ void write_top_k_rows(const uint2* cand, int stride, const int (&n)[k
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         if (r >= live_rows) continue;
-        for (int base = 0; base < n[r]; base += kThreads) {  // whole warps per round: warp_append needs them
-            const int i = base + int(threadIdx.x);
-            const bool live = i < n[r];
-            const uint2 c = live ? cand[r * stride + i] : make_uint2(0u, 0u);
-            const bool equal = live && c.x == kth[r];
-            const int e = prim::warp_append(&s.equal_taken[r], equal);
-            const bool keep = (live && c.x > kth[r]) || (equal && static_cast<uint32_t>(e) < take_equal[r]);
-            const int slot = prim::warp_append(&s.slot_counter[r], keep);
-            if (keep) out[r * k + slot] = int(c.y) - key_base[r];
+        for (int base = 0; base < n[r]; base += kBatch * kThreads) {  // whole warps per round: warp_append needs them
+            uint2 c[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                const int i = base + u * kThreads + int(threadIdx.x);
+                c[u] = i < n[r] ? cand[r * stride + i] : make_uint2(0u, 0u);
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                const bool live = base + u * kThreads + int(threadIdx.x) < n[r];
+                const bool equal = live && c[u].x == kth[r];
+                const int e = prim::warp_append(&s.equal_taken[r], equal);
+                const bool keep = (live && c[u].x > kth[r]) || (equal && static_cast<uint32_t>(e) < take_equal[r]);
+                const int slot = prim::warp_append(&s.slot_counter[r], keep);
+                if (keep) out[r * k + slot] = int(c[u].y) - key_base[r];
+            }
         }
         for (int i = min(n[r], k) + int(threadIdx.x); i < k; i += kThreads) out[r * k + i] = -1;
     }

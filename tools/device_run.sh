@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: install the carried wheels, then run what is asked, logging
+# under $OUT. Build here first (`FUSED_MQA_TOPK_CACHE=$PWD/.kernel-cache python -m generator build
+# --shipped`, plus any extra variants), then run with carry [".kernel-cache", ".whl"]:
+#   bash tools/device_run.sh tests [pytest args...]   # GPU tests
+#   bash tools/device_run.sh bench [bench args...]    # python -m generator bench
+#   bash tools/device_run.sh check [check args...]    # python -m generator check
+#   bash tools/device_run.sh tune [tune args...]      # python -m generator tune
+set -euo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:.
+export FUSED_MQA_TOPK_CACHE=$PWD/.kernel-cache
+what=$1
+shift
+case "$what" in
+    tests) python3 -m pytest -q "$@" 2>&1 | tee "$OUT/tests.log" ;;
+    bench | check | tune) python3 -m generator "$what" "$@" 2>&1 | tee "$OUT/$what.log" ;;
+    *) echo "unknown step $what" >&2; exit 2 ;;
+esac
