@@ -20,7 +20,7 @@ AXES: dict[str, tuple] = {
     "top_k": SUPPORTED_TOP_K,
     "rows": (1, 2, 4),
     "key_tile": (128, 192, 256),
-    "warps": (4, 8, 12),
+    "warps": (4, 8, 12, 16),
     "stages": (2, 3, 4),
     "buffer": (1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384),
     "sample_tiles": (0, 8, 16, 32),
@@ -101,8 +101,8 @@ def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None
         mma = "wgmma" if "wgmma" in ARCHS[arch].mma_kinds else "mmasync"
     if gated is None:
         gated = mma == "wgmma"
-    if gated:  # 128 (row, head) columns, three math warpgroups (four spill), slabs of 16K candidates
-        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=192, warps=12, stages=4,
+    if gated:  # 128 (row, head) columns, four math warpgroups, slabs of 16K candidates
+        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=256, warps=16, stages=4,
                     buffer=16384, sample_tiles=32)
     elif mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=128, warps=8, stages=4,

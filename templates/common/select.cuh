@@ -34,7 +34,7 @@ using Scratch = RadixScratch<1>;
 // scans list r's histogram, so kRows <= kThreads / 32. code_at may read shared or global memory
 // (then kBatch > 1 keeps several loads in flight per thread).
 template <int kThreads, int kRows, int kBatch = 1, typename CodeAt, typename Sync = CtaSync>
-__device__ void kth_largest_codes(CodeAt code_at, const int (&n)[kRows], const int (&rank)[kRows],
+__device__ __forceinline__ void kth_largest_codes(CodeAt code_at, const int (&n)[kRows], const int (&rank)[kRows],
                                   RadixScratch<kRows>& s, uint32_t (&kth)[kRows], uint32_t (&take_equal)[kRows],
                                   Sync sync = {}) {
     static_assert(kRows <= kThreads / 32, "one scanning warp per list");
@@ -193,7 +193,7 @@ __device__ void write_top_k(const uint32_t* codes, const int* keys, int n, int k
 // global memory): row r's candidates are cand[r * stride + i], i < n[r], as (code, key) pairs; its top
 // k go to out + r * k as key - key_base[r], then -1 up to k. Rows r >= live_rows are not written.
 template <int kThreads, int kRows, typename Sync = CtaSync>
-__device__ void write_top_k_rows(const uint2* cand, int stride, const int (&n)[kRows], int k, int live_rows,
+__device__ __forceinline__ void write_top_k_rows(const uint2* cand, int stride, const int (&n)[kRows], int k, int live_rows,
                                  const int (&key_base)[kRows], RadixScratch<kRows>& s, int* out, Sync sync = {}) {
     int rank[kRows];
 #pragma unroll
