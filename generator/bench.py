@@ -64,9 +64,11 @@ def topk_alone_ms(wl) -> float:
                                       wl.keys, out.data_ptr(), stream), warmup=2, reps=10)
 
 
-def topk_versus_torch(rows: int, keys: int, top_k: int, heads: int = 32) -> dict:
-    """Our top-k kernel and torch.topk on the same fp32 logits [rows, keys] (every row sees every key)."""
-    lib = load(dense_variant_for(torch.device("cuda"), heads, top_k))
+def topk_versus_torch(rows: int, keys: int, top_k: int, heads: int = 32, variant: DenseVariant | None = None) -> dict:
+    """Our top-k kernel (the default dense variant's, or `variant`'s) and torch.topk on the same fp32
+    logits [rows, keys] (every row sees every key)."""
+    variant = variant or dense_variant_for(torch.device("cuda"), heads, top_k)
+    lib = load(variant)
     g = torch.Generator(device="cuda").manual_seed(0)
     logits = torch.randn(rows, keys, generator=g, device="cuda").relu_().mul_(3.0)  # relu-like: many exact zeros
     ks = torch.zeros(rows, dtype=torch.int32, device="cuda")
@@ -83,7 +85,7 @@ def topk_versus_torch(rows: int, keys: int, top_k: int, heads: int = 32) -> dict
     kth = torch.topk(logits, top_k, dim=1).values[:, -1:]
     chosen = logits.gather(1, out.long())
     exact = bool((chosen >= kth).all()) and all(out[i].unique().numel() == top_k for i in range(0, rows, max(1, rows // 64)))
-    return {"rows": rows, "keys": keys, "top_k": top_k, "ours_ms": ours_ms, "torch_ms": torch_ms,
+    return {"variant": variant.name, "rows": rows, "keys": keys, "top_k": top_k, "ours_ms": ours_ms, "torch_ms": torch_ms,
             "speedup": torch_ms / ours_ms, "exact": exact}
 
 
@@ -146,10 +148,12 @@ def main(args) -> int:
     for spec in args.topk:
         rows, keys = (int(x) for x in spec.split("x"))
         for top_k in args.top_k:
-            r = topk_versus_torch(rows, keys, top_k)
-            ok &= r["exact"]
-            emit("topk", r, f"top-k [{rows} x {keys}] k={top_k}: ours {r['ours_ms']:.3f} ms, torch.topk {r['torch_ms']:.3f} ms "
-                 f"-> {r['speedup']:.1f}x, exact={r['exact']}")
+            others = [DenseVariant.from_name(n) for n in args.dense]
+            for variant in [None] + [v for v in others if v.top_k == top_k]:
+                r = topk_versus_torch(rows, keys, top_k, variant=variant)
+                ok &= r["exact"]
+                emit("topk", r, f"top-k [{rows} x {keys}] k={top_k} ({r['variant']}): ours {r['ours_ms']:.3f} ms, "
+                     f"torch.topk {r['torch_ms']:.3f} ms -> {r['speedup']:.2f}x, exact={r['exact']}")
     return 0 if ok else 1
 
 
