@@ -22,6 +22,7 @@ from runtime.workloads import make_workload
 
 from .dense_variant import DenseVariant
 from .timing import median_ms, scoring_tflops, visible_pairs
+from .space import default_variant
 from .variant import Variant
 
 
@@ -133,18 +134,22 @@ def main(args) -> int:
                      f"{dense_ms:.2f} ms [{rep.summary()}], fp8 floor {floor_ms:.2f} ms"
                      + (f", top-k alone {tk:.2f} ms" if tk is not None else ""))
                 for name in args.fused:
-                    v = Variant.from_name(name)
+                    v = default_variant(heads, top_k) if name == "default" else Variant.from_name(name)
                     if (v.heads, v.top_k) != (heads, top_k):
                         continue
-                    fused_out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k)
+                    name = v.name
+                    stats: dict = {}
+                    fused_out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k, stats=stats)
+                    rescans = f", rescanned {stats['rescan_blocks']}/{-(-rows // v.rows)} blocks" if stats else ""
                     frep = verify_topk(fused_out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))
                     ok &= frep.ok
                     fms = median_ms(lambda: launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k),
                                     warmup=1, reps=5)
-                    emit("fused", {"variant": name, "rows": rows, "keys": keys, "fused_ms": fms, "dense_ms": dense_ms,
+                    emit("fused", {"variant": name, "rows": rows, "keys": keys, "heads": heads, "top_k": top_k,
+                                   "rescan_blocks": stats.get("rescan_blocks"), "fused_ms": fms, "dense_ms": dense_ms,
                                    "speedup": dense_ms / fms, "floor_fraction": floor_ms / fms, "verified": frep.ok},
                          f"  fused {name}: {fms:.2f} ms = {dense_ms / fms:.2f}x dense, {floor_ms / fms:.2f} of the fp8 floor "
-                         f"[{frep.summary()}]")
+                         f"[{frep.summary()}{rescans}]")
     for spec in args.topk:
         rows, keys = (int(x) for x in spec.split("x"))
         for top_k in args.top_k:
@@ -161,7 +166,8 @@ def add_arguments(p) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="MxN", help="causal chunk rows x keys")
     p.add_argument("--heads", type=int, action="append")
     p.add_argument("--top-k", dest="top_k", type=int, action="append")
-    p.add_argument("--fused", action="append", default=[], metavar="VARIANT", help="also time this fused variant")
+    p.add_argument("--fused", action="append", default=[], metavar="VARIANT",
+                   help="also time this fused variant ('default': the default variant of each heads/top-k)")
     p.add_argument("--topk", action="append", default=[], metavar="RxN", help="our top-k vs torch.topk on [R, N] logits")
     p.add_argument("--budget", type=int, default=512 << 20, help="dense logits budget in bytes (default 512 MiB)")
     p.add_argument("--dense", action="append", default=[], metavar="VARIANT", help="also time this dense variant's logits")
