@@ -48,6 +48,21 @@ inline bool scales_map(CUtensorMap* map, const float* base, uint64_t keys, uint3
                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The three maps every Hopper kernel here reads through: the queries (q [rows x heads, 128], box
+// q_box_rows (row, head) rows), the keys (k [keys, 128], box key_tile keys) and their scales.
+struct OperandMaps {
+    CUtensorMap q, k, scales;
+};
+inline cudaError_t operand_maps(OperandMaps* m, const void* q, const void* k, const float* k_scale, uint64_t q_rows,
+                                uint32_t q_box_rows, int keys, uint32_t key_tile) {
+    if (encode_tiled() == nullptr) return cudaErrorNotSupported;
+    const uint64_t n = uint64_t(keys > 0 ? keys : 1);  // callers launch nothing for 0 keys; a map needs 1
+    return rows_map(&m->q, q, q_rows, q_box_rows) && rows_map(&m->k, k, n, key_tile) &&
+                   scales_map(&m->scales, k_scale, n, key_tile)
+               ? cudaSuccess
+               : cudaErrorInvalidValue;
+}
+
 // Once per device: opt the kernel into `smem_bytes` of dynamic shared memory, check that ptxas gave
 // it the launch registers the setmaxnreg arithmetic assumes (else setmaxnreg.inc would hang: refuse
 // to launch instead), and read the SM count, which *sms receives (cached in `sms_by_device`).
