@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Iterator
 
 from .arch import ARCHS
-from .variant import Variant
+from .variant import BUFFERS, Variant, smallest_wgmma_buffer
 
 SUPPORTED_HEADS = (32, 64)
 SUPPORTED_TOP_K = (512, 1024, 2048)
@@ -22,7 +22,7 @@ AXES: dict[str, tuple] = {
     "key_tile": (128, 192, 256),
     "warps": (4, 8, 12, 16),
     "stages": (2, 3, 4),
-    "buffer": (1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384),
+    "buffer": BUFFERS + (16384,),
     "sample_tiles": (0, 8, 16, 32),
 }
 
@@ -106,7 +106,7 @@ def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None
                     buffer=16384, sample_tiles=32)
     elif mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=128, warps=8, stages=4,
-                    buffer=min(b for b in AXES["buffer"] if b >= top_k + 128 and b % 256 == 0))
+                    buffer=smallest_wgmma_buffer(top_k))
     else:
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=64 // heads, key_tile=256, warps=8, stages=3,
                     buffer=top_k * 2 if top_k >= 1024 else 1024)

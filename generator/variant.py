@@ -59,8 +59,7 @@ class Variant:
     def rescan_variant(self) -> Variant:
         """A gated variant's exact fallback, compiled into the same library: the streaming kernel on the
         same row blocks (same rows), two math warpgroups and the smallest buffer that fits."""
-        buffer = next(b for b in (1024, 1536, 2048, 3072, 4096, 6144, 8192) if b >= self.top_k + 128 and b % 256 == 0)
-        return replace(self, key_tile=128, warps=8, stages=4, buffer=buffer, sample_tiles=0)
+        return replace(self, key_tile=128, warps=8, stages=4, buffer=smallest_wgmma_buffer(self.top_k), sample_tiles=0)
 
     @classmethod
     def from_name(cls, name: str) -> Variant:
@@ -113,6 +112,17 @@ class Variant:
         if self.mma == "wgmma":  # accumulators, weights, the compaction's staged candidates, the rest
             return n // 2 + n // 4 + 2 * self.buffer // self.math_threads + 40
         return n + n // 4 + n // 2 + 16 + 40  # q fragments, weights, one m16 tile of acc, A, overhead
+
+
+# Candidate capacities a row may have: shared-memory buffers of the streaming kernels (the gate's
+# slabs also take 16384: the variant space, generator.space.AXES, adds it).
+BUFFERS = (1024, 1536, 2048, 3072, 4096, 6144, 8192)
+
+
+def smallest_wgmma_buffer(top_k: int) -> int:
+    """The smallest buffer of the streaming wgmma kernel (two math warpgroups, 128-key tiles) for
+    top_k: room for top_k + a tile, a multiple of its 256 math threads."""
+    return min(b for b in BUFFERS if b >= top_k + 128 and b % 256 == 0)
 
 
 def parse_name(cls, pattern: re.Pattern, name: str):
