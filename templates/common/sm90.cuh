@@ -80,6 +80,20 @@ __device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int s
     }
 }
 
+// Once per CTA, by one thread before a __syncthreads: the Q ring's and the K ring's barriers (each
+// slot released by `consumers` threads), made visible to the TMA unit, and the three tensor maps
+// prefetched.
+__device__ __forceinline__ void init_pipeline(uint64_t* full_q, uint64_t* empty_q, int q_stages, uint64_t* full_kv,
+                                              uint64_t* empty_kv, int kv_stages, int consumers, const CUtensorMap* q_map,
+                                              const CUtensorMap* k_map, const CUtensorMap* scale_map) {
+    init_ring(full_q, empty_q, q_stages, consumers);
+    init_ring(full_kv, empty_kv, kv_stages, consumers);
+    fence_mbar_init();
+    tma_prefetch_descriptor(q_map);
+    tma_prefetch_descriptor(k_map);
+    tma_prefetch_descriptor(scale_map);
+}
+
 // Producer side: waits for slot `stage` (its use number `use` counted from 0) to be free, then loads
 // `keys_in_box` keys from first_key on (and their scales) into it.
 __device__ __forceinline__ void load_key_tile(uint64_t* full, uint64_t* empty, int stage, int use, void* keys_dst,
