@@ -107,7 +107,7 @@ class Variant:
     def registers_estimate(self) -> int:
         """Registers a (math) thread needs, from what stays live."""
         n = self.rows * self.heads  # (row, head) columns
-        if self.gated:  # accumulators, weights, the rest (ptxas: no spills in 112 for N = 128)
+        if self.gated:  # accumulators, weights, the rest (ptxas fits N = 128 in 112 with a few dozen bytes of spill)
             return n // 2 + n // 4 + 16
         if self.mma == "wgmma":  # accumulators, weights, the compaction's staged candidates, the rest
             return n // 2 + n // 4 + 2 * self.buffer // self.math_threads + 40
