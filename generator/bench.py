@@ -34,10 +34,10 @@ def scaled_mm_tflops(n: int = 8192) -> float:
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
-def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None) -> float:
-    """The logits kernel over every piece of the dense path, without the top-k."""
-    variant = variant or dense_variant_for(wl.q.device, wl.heads, wl.top_k)
-    lib = load(variant)
+def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=None) -> float:
+    """The logits kernel over every piece of the dense path, without the top-k (`lib`: an already
+    opened DenseLibrary, e.g. a patched build, instead of the variant's)."""
+    lib = lib or load(variant or dense_variant_for(wl.q.device, wl.heads, wl.top_k))
     q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
     pieces = list(row_pieces(wl.ks, wl.ke, budget))
     logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces), dtype=torch.float32, device="cuda")
@@ -117,9 +117,13 @@ def main(args) -> int:
                     dv = DenseVariant.from_name(name)
                     if (dv.heads, dv.top_k) == (heads, top_k):
                         ms = logits_only_ms(wl, args.budget, dv)
+                        out = dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget, variant=dv)
+                        vrep = verify_topk(out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))
+                        ok &= vrep.ok
                         emit("logits", {"variant": name, "rows": rows, "keys": keys, "logits_ms": ms,
-                                        "logits_tflops": scoring_tflops(pairs, heads, ms)},
-                             f"  logits {name}: {ms:.2f} ms ({scoring_tflops(pairs, heads, ms):.0f} TFLOP/s)")
+                                        "logits_tflops": scoring_tflops(pairs, heads, ms), "verified": vrep.ok},
+                             f"  logits {name}: {ms:.2f} ms ({scoring_tflops(pairs, heads, ms):.0f} TFLOP/s) "
+                             f"[{vrep.summary()}]")
                 tk = topk_alone_ms(wl) if args.topk_alone else None
                 dense_out = dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget)
                 rep = verify_topk(dense_out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))

@@ -1,7 +1,9 @@
 """A dense-path variant: the Hopper logits kernel + the top-k-over-logits kernel, as one library.
 
-Name: mqa_dense_sm90a_h32_k2048_r4_g4_q2_s4_t512_b8192 = arch, heads, top_k, rows per block,
-math warpgroups (64 keys each), Q stages, K stages, top-k threads, top-k candidate buffer.
+Name: mqa_dense_sm90a_h32_k2048_r4_g4x1_q2_s4_t512_b8192 = arch, heads, top_k, rows per block,
+math warpgroups x key slices per warpgroup (64 keys each), Q stages, K stages, top-k threads, top-k
+candidate buffer. With two or more slices a warpgroup keeps one slice's products in flight while it
+reduces another's (software pipelining across the tensor cores and the epilogue).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class DenseVariant:
     top_k: int
     rows: int  # query rows per block: rows * heads is the wgmma N
     math_wgs: int
+    slices: int  # 64-key wgmma slices per warpgroup and tile, one accumulator set each
     q_stages: int
     kv_stages: int
     topk_threads: int
@@ -32,13 +35,13 @@ class DenseVariant:
     template = "dense_mqa_topk_sm90.cu.j2"
     kernels = ("dense_logits_kernel", "dense_topk_kernel")  # the __global__ functions a build holds
     _PATTERN = re.compile(
-        r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)"
+        r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)x(?P<slices>\d+)"
         r"_q(?P<q_stages>\d+)_s(?P<kv_stages>\d+)_t(?P<topk_threads>\d+)_b(?P<topk_buffer>\d+)$"
     )
 
     @property
     def name(self) -> str:
-        return (f"mqa_dense_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}_g{self.math_wgs}_q{self.q_stages}"
+        return (f"mqa_dense_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}_g{self.math_wgs}x{self.slices}_q{self.q_stages}"
                 f"_s{self.kv_stages}_t{self.topk_threads}_b{self.topk_buffer}")
 
     @classmethod
@@ -54,7 +57,7 @@ class DenseVariant:
 
     @property
     def key_tile(self) -> int:
-        return 64 * self.math_wgs
+        return 64 * self.math_wgs * self.slices
 
     @property
     def math_registers(self) -> int:
@@ -80,9 +83,10 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
         return f"heads={v.heads}, top_k={v.top_k} unsupported"
     if v.n % 64 or v.n > 256:
         return f"rows * heads = {v.n}: the wgmma N must be a multiple of 64, at most 256"
-    if not 1 <= v.math_wgs <= 4:
-        return f"{v.math_wgs} math warpgroups: 1 to 4 (keys per tile = 64 each, TMA boxes hold 256 rows)"
-    needed = v.n // 2 + v.n // 4 + 16  # accumulators, weights, addresses (ptxas: 96 for N = 128)
+    if not 2 <= v.math_wgs <= 4 or not 1 <= v.slices <= 4 or v.key_tile > 256:
+        return (f"{v.math_wgs} math warpgroups x {v.slices} slices: 2 to 4 warpgroups (with one, ptxas gives "
+                "fewer launch registers than setmaxnreg assumes), 64 keys a slice, at most 256 keys a tile (one TMA box)")
+    needed = v.slices * v.n // 2 + v.n // 4 + 16  # accumulators, weights, addresses (ptxas: 96 for N = 128, 1 slice)
     if needed > v.math_registers:
         return f"about {needed} registers a math thread, {v.math_registers} available with {v.math_wgs} warpgroups"
     limit = ARCHS[v.arch].max_smem_per_block
@@ -98,5 +102,7 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
 
 
 def default_dense_variant(heads: int, top_k: int, arch: str = "sm90a") -> DenseVariant:
-    return DenseVariant(arch=arch, heads=heads, top_k=top_k, rows=128 // heads, math_wgs=4, q_stages=2, kv_stages=4,
+    # 2 warpgroups x 2 pipelined slices: 791 vs 757 TFLOP/s (4 x 1) at H = 32, about even at H = 64
+    # (BENCHMARKS.md, session 4); 4 x 1 also spills at H = 32 since the per-unit store pointers.
+    return DenseVariant(arch=arch, heads=heads, top_k=top_k, rows=128 // heads, math_wgs=2, slices=2, q_stages=2, kv_stages=4,
                         topk_threads=512, topk_buffer=8192)

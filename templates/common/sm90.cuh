@@ -11,6 +11,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// A float from shared memory through its shared-window address (an LDS, where a generic pointer into
+// a runtime-aligned buffer would compile to a generic LD).
+__device__ __forceinline__ float ld_shared_f32(const void* p) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(smem_addr(p)) : "memory");
+    return v;
+}
+
 // ---- mbarriers ---------------------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
