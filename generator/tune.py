@@ -186,6 +186,32 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, tri
     return results
 
 
+def refresh(measurer: Measurer, gpu_name: str, arch: str, out_dir: Path, build_fn=None, meta: dict | None = None,
+            log=print) -> list[Entry]:
+    """Re-times every entry of this GPU's table, its fused variant (verified) against the dense path as
+    it is now, without searching: the fused/dense crossover moves whenever either path changes. An
+    entry whose variant no longer verifies is dropped (the runtime then uses its defaults there)."""
+    path = table_path(gpu_name, out_dir)
+    entries = load_table(path) or []
+    if build_fn and entries:
+        build_fn(sorted({Variant.from_name(e.variant) for e in entries}))
+    fresh = []
+    for e in entries:
+        bucket = Bucket(e.heads, e.top_k, e.rows, e.keys)
+        try:
+            fused = measurer.fused_ms(Variant.from_name(e.variant), bucket)
+        except VerificationError as err:
+            log(f"[{bucket.name}] {e.variant}: WRONG ({err}); entry dropped")
+            continue
+        new = Entry(e.heads, e.top_k, e.rows, e.keys, e.variant, round(fused, 4), round(measurer.dense_ms(bucket), 4))
+        log(f"[{bucket.name}] {e.variant}: fused {e.fused_ms:.3f} -> {new.fused_ms:.3f} ms, dense {e.dense_ms:.3f} -> "
+            f"{new.dense_ms:.3f} ms: {e.use} -> {new.use}")
+        fresh.append(new)
+    save_table(path, gpu_name, fresh, {"arch": arch, "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"), **(meta or {})})
+    return fresh
+
+
 class GpuMeasurer:
     """Times on the local GPU; inputs are a causal chunk of random data per bucket."""
 
@@ -245,6 +271,8 @@ def add_arguments(p) -> None:
     p.add_argument("--time-budget", type=float, default=20.0, help="minutes; buckets left when it runs out are skipped")
     p.add_argument("--storage", help="optuna storage URL (e.g. sqlite:///tune.db) to resume studies")
     p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: tuned_configs/)")
+    p.add_argument("--refresh", action="store_true",
+                   help="re-time the table's variants against today's dense path instead of searching")
 
 
 def main(args) -> int:
@@ -268,13 +296,18 @@ def main(args) -> int:
         return 2
     from .build import build
 
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shape] if args.shape else DEFAULT_SHAPES
-    buckets = default_buckets(args.heads, args.top_k, shapes)
-    out_dir = args.out_dir or table_dir()
-    print(f"tuning {len(buckets)} buckets on {gpu} ({arch.name}), {args.trials} trials each, "
-          f"budget {args.time_budget:.0f} min -> {table_path(gpu, out_dir)}", flush=True)
     meta = {"torch": torch.__version__, "cuda": torch.version.cuda,
             "command": "python -m generator tune " + " ".join(sys.argv[2:])}
+    out_dir = args.out_dir or table_dir()
+    if args.refresh:
+        print(f"refreshing {table_path(gpu, out_dir)} on {gpu}", flush=True)
+        fresh = refresh(GpuMeasurer(), gpu, arch.name, out_dir, build_fn=lambda vs: build(vs), meta=meta,
+                        log=lambda s: print(s, flush=True))
+        return 0 if fresh else 1
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shape] if args.shape else DEFAULT_SHAPES
+    buckets = default_buckets(args.heads, args.top_k, shapes)
+    print(f"tuning {len(buckets)} buckets on {gpu} ({arch.name}), {args.trials} trials each, "
+          f"budget {args.time_budget:.0f} min -> {table_path(gpu, out_dir)}", flush=True)
     results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
                   storage=args.storage, build_fn=lambda vs: build(vs), meta=meta,
                   log=lambda s: print(s, flush=True))

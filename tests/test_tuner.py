@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from generator.space import default_variant, default_variants, rejection_reason
-from generator.tune import Bucket, VerificationError, merge_entries, run, tunable_choices, tune_bucket
+from generator.tune import Bucket, VerificationError, merge_entries, refresh, run, tunable_choices, tune_bucket
 from generator.variant import Variant
 from runtime.table import Entry, load_table
 
@@ -74,6 +74,21 @@ def test_run_writes_and_merges_the_table(tmp_path):
     assert by_keys[32768]["use"] == "dense"  # 0.6 ms dense beats every fake fused time there
     assert by_keys[131072]["use"] == "fused"
     assert data["arch"] == "sm90a" and "updated" in data
+
+
+def test_refresh_retimes_entries_and_drops_wrong_ones(tmp_path):
+    from runtime.table import save_table, table_path
+    good = Entry(32, 512, 16384, 131072, default_variant(32, 512, mma="mmasync").name, 0.5, 9.0)
+    wrong_variant = Variant.from_name(good.variant.replace("_s3_", "_s2_").replace("_w8_", "_w4_"))
+    assert (wrong_variant.stages, wrong_variant.warps) == (2, 4)  # FakeMeasurer calls that configuration wrong
+    wrong = Entry(64, 512, 4096, 32768, wrong_variant.name, 0.1, 9.0)
+    save_table(table_path("Fake GPU", tmp_path), "Fake GPU", [good, wrong], {"arch": "sm90a"})
+    m = FakeMeasurer(dense=0.1)  # the dense path got much faster since the table was written
+    (fresh,) = refresh(m, "Fake GPU", "sm90a", tmp_path, log=lambda s: None)
+    assert m.fused_calls == [good.variant, wrong.variant]
+    assert (fresh.variant, fresh.dense_ms) == (good.variant, round(m.dense_ms(Bucket(32, 512, 16384, 131072)), 4))
+    assert good.use == "fused" and fresh.use == "dense"  # the crossover moved
+    assert load_table(table_path("Fake GPU", tmp_path)) == [fresh]
 
 
 def test_time_budget_stops_between_buckets(tmp_path):
