@@ -26,11 +26,14 @@ from typing import Protocol
 from runtime.table import Entry, load_table, save_table, table_dir, table_path
 
 from .arch import arch_for_capability
-from .space import AXES, default_variants, enumerate_space, rejection_reason
+from .space import AXES, default_variant, default_variants, enumerate_space, rejection_reason
 from .variant import Variant
 
 TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles")
-DEFAULT_SHAPES = ((4096, 32_768), (16_384, 131_072))  # (rows, keys): a short and a long causal chunk
+# (rows, keys) of the causal chunks a table is tuned at: short, long, very long. The fused/dense
+# crossover lies between the last two on an H200 (dense wins at 128K, fused at 512K: BENCHMARKS.md),
+# and the runtime takes the nearest bucket, so a table needs both sides of it.
+DEFAULT_SHAPES = ((4096, 32_768), (16_384, 131_072), (16_384, 524_288))
 
 
 @dataclass(frozen=True, order=True)
@@ -95,8 +98,11 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
     study = optuna.create_study(
         study_name=f"{arch}_{bucket.name}", storage=storage, load_if_exists=True, direction="minimize",
         sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, trials)))
-    if not study.trials:  # the known-good defaults of every kernel kind this arch has go first
-        for default in default_variants(bucket.heads, bucket.top_k, arch):
+    if not study.trials:  # the known-good defaults of every kernel kind this arch has go first, the arch's
+        # own default (its fastest kind) first of all, so that even a one-trial study measures it
+        best_guess = default_variant(bucket.heads, bucket.top_k, arch)
+        others = [d for d in default_variants(bucket.heads, bucket.top_k, arch) if d != best_guess]
+        for default in [best_guess, *others]:
             study.enqueue_trial({a: getattr(default, a) for a in TUNED_AXES})
 
     dense_ms = measurer.dense_ms(bucket)
@@ -193,7 +199,10 @@ def refresh(measurer: Measurer, gpu_name: str, arch: str, out_dir: Path, build_f
     entry whose variant no longer verifies is dropped (the runtime then uses its defaults there)."""
     path = table_path(gpu_name, out_dir)
     entries = load_table(path) or []
-    if build_fn and entries:
+    if not entries:
+        log(f"no table entries at {path}: nothing to refresh (tune first)")
+        return []
+    if build_fn:
         build_fn(sorted({Variant.from_name(e.variant) for e in entries}))
     fresh = []
     for e in entries:

@@ -47,8 +47,10 @@ def test_a_study_finds_the_best_verified_variant():
     bucket = Bucket(32, 1024, 4096, 65536)
     built = []
     r = tune_bucket(bucket, m, "sm90a", trials=14, batch=5, build_fn=built.extend, log=lambda s: None)
-    # the known-good defaults go first
-    assert m.fused_calls[:3] == [v.name for v in default_variants(32, 1024)]
+    # the known-good defaults go first, the arch's own default first of all
+    defaults = default_variants(32, 1024)
+    assert m.fused_calls[0] == default_variant(32, 1024).name
+    assert sorted(m.fused_calls[:3]) == sorted(v.name for v in defaults)
     assert len(m.fused_calls) == len(set(m.fused_calls))  # each variant measured once
     assert set(m.fused_calls) <= {v.name for v in built}  # built before measured
     assert r.best is not None and not (r.best.stages == 2 and r.best.warps == 4)
@@ -89,6 +91,12 @@ def test_refresh_retimes_entries_and_drops_wrong_ones(tmp_path):
     assert (fresh.variant, fresh.dense_ms) == (good.variant, round(m.dense_ms(Bucket(32, 512, 16384, 131072)), 4))
     assert good.use == "fused" and fresh.use == "dense"  # the crossover moved
     assert load_table(table_path("Fake GPU", tmp_path)) == [fresh]
+
+
+def test_a_one_trial_study_measures_the_arch_default():
+    m = FakeMeasurer()
+    tune_bucket(Bucket(32, 2048, 16384, 524288), m, "sm90a", trials=1, log=lambda s: None)
+    assert m.fused_calls == [default_variant(32, 2048, "sm90a").name]
 
 
 def test_time_budget_stops_between_buckets(tmp_path):
