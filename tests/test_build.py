@@ -110,3 +110,18 @@ def test_cli_list_and_render(tmp_cache):
     path = subprocess.run([sys.executable, "-m", "generator", "render", name], capture_output=True, text=True,
                           check=True, env=env).stdout.strip()
     assert path.endswith(f"{name}.cu") and name in open(path).read()
+
+
+def test_logits_ablations_still_patch_the_template():
+    """tools/ablate_logits.py places the logits kernel's time by textual patches of the rendered
+    source; each must still match (a stale one would time the baseline twice under another name)."""
+    import importlib.util
+
+    from generator.dense_variant import default_dense_variant
+
+    spec = importlib.util.spec_from_file_location("ablate_logits", REPO / "tools" / "ablate_logits.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    sources = tool.sources(default_dense_variant(32, 2048))
+    assert set(sources) == {"baseline", *tool.ABLATIONS}
+    assert len(set(sources.values())) == len(sources)  # every patch changed the source
