@@ -23,10 +23,11 @@ def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, rows_per_block: int) -> t
 
 
 def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: int,
-                   out: torch.Tensor | None = None, stats: dict | None = None) -> torch.Tensor:
+                   out: torch.Tensor | None = None, stats: dict | None = None, lib=None) -> torch.Tensor:
     """Runs `variant` on the current stream (into `out` if given). Inputs must satisfy the contract.
     With `stats` (a dict; this synchronises), a gated variant reports "rescan_blocks": the row blocks
-    its gate could not serve, which the exact streaming kernel redid."""
+    its gate could not serve, which the exact streaming kernel redid. `lib`: an already opened
+    KernelLibrary of the variant (e.g. a patched build: tools/ablate.py) instead of the cached one."""
     if variant.heads != q.shape[1] or variant.top_k != top_k:
         raise ValueError(f"{variant.name} serves heads={variant.heads}, top_k={variant.top_k}; "
                          f"got heads={q.shape[1]}, top_k={top_k}")
@@ -39,7 +40,7 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
         return out
     if keys == 0:  # nothing to see: every row is all padding (and TMA maps cannot describe 0 keys)
         return out.fill_(-1)
-    lib = load(variant)
+    lib = lib or load(variant)
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
     order = heaviest_first(ks, ke, variant.rows)
     with torch.cuda.device(q.device):

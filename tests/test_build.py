@@ -112,16 +112,17 @@ def test_cli_list_and_render(tmp_cache):
     assert path.endswith(f"{name}.cu") and name in open(path).read()
 
 
-def test_logits_ablations_still_patch_the_template():
-    """tools/ablate_logits.py places the logits kernel's time by textual patches of the rendered
-    source; each must still match (a stale one would time the baseline twice under another name)."""
+def test_ablations_still_patch_the_templates():
+    """tools/ablate.py places a kernel's time by textual patches of the rendered source; each must
+    still match (a stale one would time the baseline twice under another name)."""
     import importlib.util
 
     from generator.dense_variant import default_dense_variant
 
-    spec = importlib.util.spec_from_file_location("ablate_logits", REPO / "tools" / "ablate_logits.py")
+    spec = importlib.util.spec_from_file_location("ablate", REPO / "tools" / "ablate.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    sources = tool.sources(default_dense_variant(32, 2048))
-    assert set(sources) == {"baseline", *tool.ABLATIONS}
-    assert len(set(sources.values())) == len(sources)  # every patch changed the source
+    for variant in (default_dense_variant(32, 2048), default_variant(32, 2048, gated=True)):
+        sources = tool.sources(variant)
+        assert set(sources) == {"baseline", *tool.ablations(variant)}
+        assert len(set(sources.values())) == len(sources)  # every patch changed the source

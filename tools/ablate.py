@@ -1,0 +1,147 @@
+"""Where does a kernel's time go? Time copies of one variant that each leave a stage out.
+
+The device has no hardware counters on every runtime, so this places time by difference (the method
+the device notes recommend): each ablation is the variant's rendered source with one textual patch,
+compiled with the same flags, and timed with the same harness as `bench` on the same chunk. The
+results are not correct outputs, only times; the patches must still apply (CI checks), or the tool
+says which one went stale. Dense variants (mqa_dense_...) time the logits kernel alone; gated fused
+variants (..._m<n>) time the whole launch and report how many blocks took the rescan, which an
+ablation must not change.
+
+    python tools/ablate.py build VARIANT... --out .ablate        # here: render, patch, compile
+    python tools/ablate.py time VARIANT... --out .ablate --shape 16384x131072   # on the GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from generator.build import nvcc_flags, nvcc_path  # noqa: E402
+from generator.build import spec_from_name  # noqa: E402
+from generator.dense_variant import DenseVariant  # noqa: E402
+from generator.render import render  # noqa: E402
+
+# name -> ([(regex, replacement), ...], what it leaves out), per kind of kernel
+DENSE_ABLATIONS = {
+    "no_head_sums": ([(r"sm90::head_sums<kRows, kHeads>\(acc\[s\], w, v\);",
+                       "for (int m = 0; m < sm90::owned_totals(kRows); ++m) v[m] = acc[s][m];")],
+                     "the relu / weight / head-sum epilogue"),
+    "no_stores": ([(r"out_row\[m\]\[key\] = v\[m\] \* scale;", "if (key == -7) out_row[m][key] = v[m] * scale;")],
+                  "the fp32 logits stores"),
+    "no_mma": ([(r"wgmma_m64n(\d+)k32_e4m3\(acc, keys_desc \+ 2 \* k, queries_desc \+ 2 \* k, k\);",
+                 r"if (k == 7) wgmma_m64n\1k32_e4m3(acc, keys_desc + 2 * k, queries_desc + 2 * k, k);")],
+               "the tensor-core products"),
+    "one_key_tile": ([(r"smem \+ kScaleRingOffset \+ s \* kScaleTileBytes, &k_map, &scale_map, tile, kKeyTile\);",
+                       "smem + kScaleRingOffset + s * kScaleTileBytes, &k_map, &scale_map, range.lo, kKeyTile);")],
+                     "streaming K from L2 / HBM (every tile of a unit reloads its first)"),
+}
+GATED_ABLATIONS = {
+    "no_select": ([(r"if \(served\) \{", "if (served && row0 < 0) {")],
+                  "the per-block selection from the slabs (no answers written)"),
+    "no_scan_appends": ([(r"code >= theta\[r\];", "code >= theta[r] && theta[r] == 0u;"),  # the sample still appends
+                         (r"served &= count\[r\] <= kCapacity", "served &= true || count[r] <= kCapacity")],
+                        "the scan's slab appends (so the selection has nothing to select)"),
+}
+
+
+def ablations(variant) -> dict:
+    return DENSE_ABLATIONS if isinstance(variant, DenseVariant) else GATED_ABLATIONS
+
+
+def sources(variant) -> dict[str, str]:
+    base = render(variant)
+    out = {"baseline": base}
+    for name, (patches, _) in ablations(variant).items():
+        text = base
+        for pattern, repl in patches:
+            text, n = re.subn(pattern, repl, text)
+            if n == 0:
+                raise SystemExit(f"ablation {name}: its patch {pattern!r} no longer matches the template")
+        out[name] = text
+    return out
+
+
+def cmd_build(args) -> int:
+    variant = spec_from_name(args.variant)
+    folder = Path(args.out) / variant.name
+    folder.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for name, text in sources(variant).items():
+        src = folder / f"{name}.cu"
+        src.write_text(text)
+        cmd = [nvcc_path(), *nvcc_flags(variant), "-o", str(folder / f"{name}.so"), str(src)]
+        procs.append((name, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    ok = True
+    for name, p in procs:
+        log = p.communicate()[0]
+        (folder / f"{name}.log").write_text(log)
+        if p.returncode:
+            print(f"{name}: nvcc failed, see {folder / (name + '.log')}")
+            ok = False
+    print(f"built {len(procs)} libraries into {folder}")
+    return 0 if ok else 1
+
+
+def cmd_time(args) -> int:
+    import torch
+
+    from generator.bench import logits_only_ms, scaled_mm_tflops
+    from generator.timing import median_ms, scoring_tflops, visible_pairs
+    from runtime.fused import launch_variant
+    from runtime.loader import DenseLibrary, KernelLibrary
+    from runtime.workloads import make_workload
+
+    variant = spec_from_name(args.variant)
+    dense = isinstance(variant, DenseVariant)
+    folder = Path(args.out) / variant.name
+    table = ablations(variant)
+    print(f"torch._scaled_mm fp8: {scaled_mm_tflops():.0f} TFLOP/s on {torch.cuda.get_device_name()}")
+    for spec in args.shape:
+        rows, keys = (int(x) for x in spec.split("x"))
+        wl = make_workload("random", rows, keys, variant.heads, variant.top_k, seed=1, device="cuda")
+        pairs = visible_pairs(wl.ks, wl.ke)
+        base = None
+        for name in args.only or ["baseline", *table]:
+            path = str(folder / f"{name}.so")
+            note = ""
+            if dense:
+                ms = logits_only_ms(wl, 512 << 20, variant, lib=DenseLibrary(variant, path))
+            else:
+                lib = KernelLibrary(variant, path)
+                run = lambda: launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke,  # noqa: E731
+                                             wl.top_k, lib=lib)
+                stats: dict = {}
+                launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, lib=lib,
+                               stats=stats)
+                ms = median_ms(run, warmup=1, reps=5)
+                note = f", {stats['rescan_blocks']} blocks rescanned"
+            base = base if base is not None else ms  # the first timed build is the reference
+            what = table[name][1] if name in table else ""
+            print(f"{variant.name} {rows}x{keys} {name:>15}: {ms:7.2f} ms ({scoring_tflops(pairs, variant.heads, ms):4.0f} "
+                  f"TFLOP/s{note}) {ms - base:+7.2f} ms vs baseline  {('without ' + what) if what else ''}", flush=True)
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=("build", "time"))
+    p.add_argument("variant", nargs="+")
+    p.add_argument("--out", default=".ablate")
+    p.add_argument("--shape", action="append", default=[], metavar="MxN")
+    p.add_argument("--only", action="append", help="time only these builds (baseline or an ablation's name)")
+    args = p.parse_args()
+    rc = 0
+    for name in args.variant:
+        one = argparse.Namespace(**{**vars(args), "variant": name})
+        rc |= cmd_build(one) if args.what == "build" else cmd_time(one)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
