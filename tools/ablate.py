@@ -22,8 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from generator.build import nvcc_flags, nvcc_path  # noqa: E402
-from generator.build import spec_from_name  # noqa: E402
+from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
 from generator.dense_variant import DenseVariant  # noqa: E402
 from generator.render import render  # noqa: E402
 
@@ -51,7 +50,11 @@ GATED_ABLATIONS = {
 
 
 def ablations(variant) -> dict:
-    return DENSE_ABLATIONS if isinstance(variant, DenseVariant) else GATED_ABLATIONS
+    if isinstance(variant, DenseVariant):
+        return DENSE_ABLATIONS
+    if variant.gated:
+        return GATED_ABLATIONS
+    raise SystemExit(f"{variant.name}: ablations exist for dense and gated variants only")
 
 
 def sources(variant) -> dict[str, str]:
