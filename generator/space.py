@@ -101,8 +101,11 @@ def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None
         mma = "wgmma" if "wgmma" in ARCHS[arch].mma_kinds else "mmasync"
     if gated is None:
         gated = mma == "wgmma"
-    if gated:  # 128 (row, head) columns, four math warpgroups, slabs of 16K candidates
-        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=256, warps=16, stages=4,
+    if gated:
+        # 128 (row, head) columns, three math warpgroups (192 keys per tile), slabs of 16K candidates.
+        # Four warpgroups get only 112 registers each and spill; three get 160 and do not, and were
+        # measured 2% faster at 512K keys, where fused is the path taken (BENCHMARKS.md, session 4).
+        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=192, warps=12, stages=4,
                     buffer=16384, sample_tiles=32)
     elif mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=128, warps=8, stages=4,

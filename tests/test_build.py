@@ -54,11 +54,7 @@ def test_every_shipped_variant_compiles(tmp_cache):
         for kernel in p.variant.kernels:
             report = resource_report(p, kernel)
             assert 0 < report.registers <= 255
-            if kernel == "fused_mqa_topk_gate_kernel" and p.variant.warps == 16:
-                # Four math warpgroups get 112 registers each and ptxas spills a few dozen words
-                # (measured faster than three spill-free warpgroups: BENCHMARKS.md); keep it at that.
-                assert report.spill_store_bytes <= 160 and report.stack_bytes <= 128, (p.variant.name, report)
-            elif getattr(p.variant, "mma", "wgmma") == "wgmma":  # the other Hopper kernels stay spill-free
+            if getattr(p.variant, "mma", "wgmma") == "wgmma":  # every Hopper kernel stays spill-free
                 assert report.clean, (p.variant.name, kernel, report)
         # ptxas serialises every wgmma of a kernel (and says so, C7514) when it cannot prove that no
         # other instruction touches the accumulators of products in flight: a silent 2x.

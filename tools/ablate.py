@@ -41,7 +41,7 @@ DENSE_ABLATIONS = {
                      "streaming K from L2 / HBM (every tile of a unit reloads its first)"),
 }
 GATED_ABLATIONS = {
-    "no_select": ([(r"if \(served\) \{", "if (served && row0 < 0) {")],
+    "no_select": ([(r"(sel::write_top_k_rows<kMathThreads, kRows>\()", r"if (row0 < 0) \1")],
                   "the per-block selection from the slabs (no answers written)"),
     "no_scan_appends": ([(r"code >= theta\[r\];", "code >= theta[r] && theta[r] == 0u;"),  # the sample still appends
                          (r"served &= count\[r\] <= kCapacity", "served &= true || count[r] <= kCapacity")],

@@ -60,4 +60,13 @@ __device__ __forceinline__ int warp_append(int* counter, bool take) {
     return __shfl_sync(0xFFFFFFFFu, base, leader) + __popc(mask & lanemask_lt());
 }
 
+// Adds one to hist[bin] for each lane where `take`, with one shared-memory atomic per distinct bin
+// in the warp: lanes that agree on a bin add together. Lists whose codes share their top bits (the
+// candidates above a gate) would otherwise serialise most of a radix pass on one or two bins.
+// Every lane of the warp must call it.
+__device__ __forceinline__ void warp_histogram_add(uint32_t* hist, uint32_t bin, bool take) {
+    const uint32_t peers = __match_any_sync(0xFFFFFFFFu, take ? bin : 0xFFFFFFFFu);
+    if (take && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+}
+
 }  // namespace prim

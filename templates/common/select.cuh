@@ -58,14 +58,19 @@ __device__ __forceinline__ void kth_largest_codes(CodeAt code_at, const int (&n)
             const uint32_t prefix = s.prefix[r];
             // kBatch loads in flight before their atomics: for lists in global memory (kBatch 4),
             // where one L2 round trip at a time would dominate the pass.
-            for (int base = tid; base < n[r]; base += kBatch * kThreads) {
+            // Whole warps per round (the histogram adds are per warp).
+            for (int base = tid - lane; base < n[r]; base += kBatch * kThreads) {
                 uint32_t c[kBatch];
 #pragma unroll
-                for (int u = 0; u < kBatch; ++u) c[u] = base + u * kThreads < n[r] ? code_at(r, base + u * kThreads) : 0u;
+                for (int u = 0; u < kBatch; ++u) {
+                    const int i = base + u * kThreads + lane;
+                    c[u] = i < n[r] ? code_at(r, i) : 0u;
+                }
 #pragma unroll
-                for (int u = 0; u < kBatch; ++u)
-                    if (base + u * kThreads < n[r] && ((c[u] ^ prefix) & known_bits) == 0)
-                        atomicAdd(&s.hist[r][(c[u] >> shift) & 255u], 1u);
+                for (int u = 0; u < kBatch; ++u) {
+                    const bool hit = base + u * kThreads + lane < n[r] && ((c[u] ^ prefix) & known_bits) == 0;
+                    prim::warp_histogram_add(s.hist[r], (c[u] >> shift) & 255u, hit);
+                }
             }
         }
         sync();
