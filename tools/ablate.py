@@ -44,7 +44,7 @@ GATED_ABLATIONS = {
     "no_select": ([(r"(sel::write_top_k_rows<kMathThreads, kRows>\()", r"if (row0 < 0) \1")],
                   "the per-block selection from the slabs (no answers written)"),
     "no_scan_appends": ([(r"code >= theta\[r\];", "code >= theta[r] && theta[r] == 0u;"),  # the sample still appends
-                         (r"served &= count\[r\] <= kCapacity", "served &= true || count[r] <= kCapacity")],
+                         (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
                         "the scan's slab appends (so the selection has nothing to select)"),
 }
 

@@ -60,6 +60,17 @@ __device__ __forceinline__ int warp_append(int* counter, bool take) {
     return __shfl_sync(0xFFFFFFFFu, base, leader) + __popc(mask & lanemask_lt());
 }
 
+// Appends one item per lane where `take` to a list that only this warp writes and whose length
+// `filled` the warp keeps in a register (the same value in every lane); returns the lane's position
+// (meaningless where !take) and advances `filled`. No shared-memory round trip: a vote and two popcs.
+// Every lane of the warp must call it.
+__device__ __forceinline__ int warp_fill(int& filled, bool take) {
+    const uint32_t mask = __ballot_sync(0xFFFFFFFFu, take);
+    const int pos = filled + __popc(mask & lanemask_lt());
+    filled += __popc(mask);
+    return pos;
+}
+
 // Adds one to hist[bin] for each lane where `take`, with one shared-memory atomic per distinct bin
 // in the warp: lanes that agree on a bin add together. Lists whose codes share their top bits (the
 // candidates above a gate) would otherwise serialise most of a radix pass on one or two bins.

@@ -28,15 +28,61 @@ struct RadixScratch {
 };
 using Scratch = RadixScratch<1>;
 
-// For each list r with 1 <= rank[r] <= n[r]: kth[r] = the rank[r]-th largest of code_at(r, i),
-// i < n[r], and take_equal[r] = how many codes equal to it belong to its top rank[r]. Lists with
-// rank[r] == 0 are skipped (kth 0, take_equal all). One set of four passes serves every list: warp r
-// scans list r's histogram, so kRows <= kThreads / 32. code_at may read shared or global memory
-// (then kBatch > 1 keeps several loads in flight per thread).
-template <int kThreads, int kRows, int kBatch = 1, typename CodeAt, typename Sync = CtaSync>
-__device__ __forceinline__ void kth_largest_codes(CodeAt code_at, const int (&n)[kRows], const int (&rank)[kRows],
-                                  RadixScratch<kRows>& s, uint32_t (&kth)[kRows], uint32_t (&take_equal)[kRows],
-                                  Sync sync = {}) {
+// The candidate lists the multi-list functions below read, as objects with one method:
+// for_each(r, f) calls f(item, live) for every candidate of list r (item.x its code, item.y its key;
+// live false for padding), by every thread of the group in rounds that keep whole warps together,
+// so f may use warp votes (and only warp-level ones: warps may run different numbers of rounds).
+
+// One list, code_at(i), i < n, dealt to the group's threads in turn (keys not read).
+template <int kThreads, typename CodeAt>
+struct DealtList {
+    CodeAt code_at;
+    int n;
+    template <typename F>
+    __device__ __forceinline__ void for_each(int, F f) const {
+        const int lane = threadIdx.x & 31;
+        for (int base = int(threadIdx.x) - lane; base < n; base += kThreads) {
+            const int i = base + lane;
+            f(make_uint2(i < n ? code_at(i) : 0u, 0u), i < n);
+        }
+    }
+};
+
+// Lists kept as per-warp segments of (code, key) pairs, each written by one warp with no atomics
+// (prim::warp_fill): list r's segment w is items[r * row_stride + w * kSegment + i], i < filled[r *
+// kWarps + w] (capped at kSegment: a larger count means the segment overflowed). Warp w reads its own
+// segment, four loads in flight per lane.
+template <int kWarps, int kRows, int kSegment>
+struct WarpSegments {
+    const uint2* items;
+    int row_stride;
+    const int* filled;  // [kRows][kWarps], shared memory
+    template <typename F>
+    __device__ __forceinline__ void for_each(int r, F f) const {
+        constexpr int kBatch = 4;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+        const int n = min(filled[r * kWarps + warp], kSegment);
+        const uint2* segment = items + size_t(r) * row_stride + warp * kSegment;
+        for (int base = 0; base < n; base += kBatch * 32) {
+            uint2 c[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                const int i = base + u * 32 + lane;
+                c[u] = i < n ? segment[i] : make_uint2(0u, 0u);
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) f(c[u], base + u * 32 + lane < n);
+        }
+    }
+};
+
+// For each list r of `lists` with rank[r] >= 1 (at most its length): kth[r] = its rank[r]-th largest
+// code, and take_equal[r] = how many codes equal to it belong to its top rank[r]. Lists with rank[r]
+// == 0 are skipped (kth 0, take_equal all). One set of four passes serves every list: warp r scans
+// list r's histogram, so kRows <= kThreads / 32.
+template <int kThreads, int kRows, typename Lists, typename Sync = CtaSync>
+__device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int (&rank)[kRows], RadixScratch<kRows>& s,
+                                                  uint32_t (&kth)[kRows], uint32_t (&take_equal)[kRows], Sync sync = {}) {
     static_assert(kRows <= kThreads / 32, "one scanning warp per list");
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid / 32;
@@ -56,22 +102,10 @@ __device__ __forceinline__ void kth_largest_codes(CodeAt code_at, const int (&n)
         for (int r = 0; r < kRows; ++r) {
             if (rank[r] == 0) continue;
             const uint32_t prefix = s.prefix[r];
-            // kBatch loads in flight before their atomics: for lists in global memory (kBatch 4),
-            // where one L2 round trip at a time would dominate the pass.
-            // Whole warps per round (the histogram adds are per warp).
-            for (int base = tid - lane; base < n[r]; base += kBatch * kThreads) {
-                uint32_t c[kBatch];
-#pragma unroll
-                for (int u = 0; u < kBatch; ++u) {
-                    const int i = base + u * kThreads + lane;
-                    c[u] = i < n[r] ? code_at(r, i) : 0u;
-                }
-#pragma unroll
-                for (int u = 0; u < kBatch; ++u) {
-                    const bool hit = base + u * kThreads + lane < n[r] && ((c[u] ^ prefix) & known_bits) == 0;
-                    prim::warp_histogram_add(s.hist[r], (c[u] >> shift) & 255u, hit);
-                }
-            }
+            lists.for_each(r, [&](uint2 c, bool live) {
+                const bool hit = live && ((c.x ^ prefix) & known_bits) == 0;
+                prim::warp_histogram_add(s.hist[r], (c.x >> shift) & 255u, hit);
+            });
         }
         sync();
         if (warp < kRows && s.remaining[warp] > 0) {  // lists with rank 0 have nothing to find
@@ -120,9 +154,10 @@ __device__ __forceinline__ void kth_largest_codes(CodeAt code_at, const int (&n)
 // codes equal to it belong to the top k. code_at may read shared or global memory (four passes).
 template <int kThreads, typename CodeAt, typename Sync = CtaSync>
 __device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, uint32_t* take_equal, Sync sync = {}) {
-    const int ns[1] = {n}, ranks[1] = {k};
+    const DealtList<kThreads, CodeAt> list{code_at, n};
+    const int ranks[1] = {k};
     uint32_t kth[1], equal[1];
-    kth_largest_codes<kThreads, 1>([&](int, int i) { return code_at(i); }, ns, ranks, s, kth, equal, sync);
+    kth_largest_codes<kThreads, 1>(list, ranks, s, kth, equal, sync);
     *take_equal = equal[0];
     return kth[0];
 }
@@ -195,18 +230,17 @@ __device__ void write_top_k(const uint32_t* codes, const int* keys, int n, int k
 }
 
 // The answers of kRows rows at once from candidate lists that are not overwritten (e.g. slabs in
-// global memory): row r's candidates are cand[r * stride + i], i < n[r], as (code, key) pairs; its top
-// k go to out + r * k as key - key_base[r], then -1 up to k. Rows r >= live_rows are not written.
-template <int kThreads, int kRows, typename Sync = CtaSync>
-__device__ __forceinline__ void write_top_k_rows(const uint2* cand, int stride, const int (&n)[kRows], int k, int live_rows,
-                                 const int (&key_base)[kRows], RadixScratch<kRows>& s, int* out, Sync sync = {}) {
+// global memory): list r of `lists` holds n[r] candidates; its top k go to out + r * k as key -
+// key_base[r], then -1 up to k. Rows r >= live_rows are not written.
+template <int kThreads, int kRows, typename Lists, typename Sync = CtaSync>
+__device__ __forceinline__ void write_top_k_rows(const Lists& lists, const int (&n)[kRows], int k, int live_rows,
+                                                 const int (&key_base)[kRows], RadixScratch<kRows>& s, int* out,
+                                                 Sync sync = {}) {
     int rank[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rank[r] = n[r] > k ? k : 0;  // rank 0: every candidate is kept
     uint32_t kth[kRows], take_equal[kRows];
-    constexpr int kBatch = 4;  // loads in flight per thread: the lists are in global memory
-    kth_largest_codes<kThreads, kRows, kBatch>([&](int r, int i) { return cand[r * stride + i].x; }, n, rank, s, kth,
-                                               take_equal, sync);
+    kth_largest_codes<kThreads, kRows>(lists, rank, s, kth, take_equal, sync);
     if (int(threadIdx.x) < kRows) {
         s.slot_counter[threadIdx.x] = 0;
         s.equal_taken[threadIdx.x] = 0;
@@ -215,23 +249,13 @@ __device__ __forceinline__ void write_top_k_rows(const uint2* cand, int stride, 
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         if (r >= live_rows) continue;
-        for (int base = 0; base < n[r]; base += kBatch * kThreads) {  // whole warps per round: warp_append needs them
-            uint2 c[kBatch];
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                const int i = base + u * kThreads + int(threadIdx.x);
-                c[u] = i < n[r] ? cand[r * stride + i] : make_uint2(0u, 0u);
-            }
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                const bool live = base + u * kThreads + int(threadIdx.x) < n[r];
-                const bool equal = live && c[u].x == kth[r];
-                const int e = prim::warp_append(&s.equal_taken[r], equal);
-                const bool keep = (live && c[u].x > kth[r]) || (equal && static_cast<uint32_t>(e) < take_equal[r]);
-                const int slot = prim::warp_append(&s.slot_counter[r], keep);
-                if (keep) out[r * k + slot] = int(c[u].y) - key_base[r];
-            }
-        }
+        lists.for_each(r, [&](uint2 c, bool live) {
+            const bool equal = live && c.x == kth[r];
+            const int e = prim::warp_append(&s.equal_taken[r], equal);
+            const bool keep = (live && c.x > kth[r]) || (equal && static_cast<uint32_t>(e) < take_equal[r]);
+            const int slot = prim::warp_append(&s.slot_counter[r], keep);
+            if (keep) out[r * k + slot] = int(c.y) - key_base[r];
+        });
         for (int i = min(n[r], k) + int(threadIdx.x); i < k; i += kThreads) out[r * k + i] = -1;
     }
     sync();
