@@ -39,8 +39,11 @@ def rejection_reason(v: Variant) -> str | None:
     if v.mma not in arch.mma_kinds:
         return f"{v.arch} has no {v.mma} scoring core"
     if v.mma == "wgmma":
-        if v.warps % 4 or v.key_tile != 16 * v.warps:
-            return f"wgmma: each math warpgroup (4 warps) scores 64 keys, so key_tile must be 16 x warps = {16 * v.warps}"
+        # Each math warpgroup (4 warps) scores 64-key slices: one per tile, or (gated) two pipelined.
+        slices = (1, 2) if v.gated else (1,)
+        if v.warps % 4 or v.key_tile not in [16 * v.warps * s for s in slices]:
+            return (f"wgmma: key_tile must be {' or '.join(str(16 * v.warps * s) for s in slices)} "
+                    f"(64-key slices per math warpgroup{', one or two' if v.gated else ''})")
         if (v.rows * v.heads) % 64 or v.rows * v.heads > 256:
             return f"wgmma N = rows x heads = {v.rows * v.heads} must be a multiple of 64, at most 256"
     elif v.key_tile % (16 * v.warps):

@@ -88,7 +88,8 @@ class Variant:
         if self.mma == "wgmma":
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)
-            state = select_scratch + (4 if self.gated else 8) * self.rows + 4 * 2  # + count (and theta) per row, block ids
+            # + per row: each math warp's count (gate) or count and theta (streaming); the block ids
+            state = select_scratch + (4 * self.warps if self.gated else 8) * self.rows + 4 * 2
             barriers = 8 * 2 * (2 + self.stages)
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
@@ -104,11 +105,16 @@ class Variant:
         launch = min(248, 65536 // self.threads // 8 * 8)
         return min(240, (launch * self.threads - 128 * 32) // self.math_threads // 8 * 8)
 
+    @property
+    def slices(self) -> int:
+        """wgmma: 64-key slices each math warpgroup scores per tile (two are software-pipelined)."""
+        return self.key_tile // (16 * self.warps)
+
     def registers_estimate(self) -> int:
         """Registers a (math) thread needs, from what stays live."""
         n = self.rows * self.heads  # (row, head) columns
-        if self.gated:  # accumulators, weights, the rest (ptxas fits N = 128 in 112 with a few dozen bytes of spill)
-            return n // 2 + n // 4 + 16
+        if self.gated:  # accumulators (a set per slice), weights, the rest
+            return n // 2 * self.slices + n // 4 + 16
         if self.mma == "wgmma":  # accumulators, weights, the compaction's staged candidates, the rest
             return n // 2 + n // 4 + 2 * self.buffer // self.math_threads + 40
         return n + n // 4 + n // 2 + 16 + 40  # q fragments, weights, one m16 tile of acc, A, overhead

@@ -72,7 +72,9 @@ def _with(**changes):
     (dict(heads=48), "heads=48 is not one of"),
     (dict(mma="tcgen05"), "mma=tcgen05 is not one of"),
     (dict(mma="wgmma", arch="sm89"), "sm89 has no wgmma scoring core"),
-    (dict(mma="wgmma", key_tile=256, warps=8), "key_tile must be 16 x warps = 128"),
+    (dict(mma="wgmma", key_tile=256, warps=8), "key_tile must be 128 \\("),                # streaming: one slice
+    (dict(mma="wgmma", key_tile=256, warps=8, rows=4, buffer=16384, sample_tiles=16), None),  # gate: two slices
+    (dict(mma="wgmma", key_tile=192, warps=8, rows=4, buffer=16384, sample_tiles=16), "key_tile must be 128 or 256"),
     (dict(mma="wgmma", key_tile=128, warps=8, rows=1), "wgmma N = rows x heads = 32"),
     (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=3072), None),
     (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=6144), "bytes of shared memory"),

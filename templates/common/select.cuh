@@ -63,6 +63,7 @@ struct WarpSegments {
         const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
         const int n = min(filled[r * kWarps + warp], kSegment);
         const uint2* segment = items + size_t(r) * row_stride + warp * kSegment;
+#pragma unroll 1  // (unrolled, short segments cost registers the warpgroups do not have)
         for (int base = 0; base < n; base += kBatch * 32) {
             uint2 c[kBatch];
 #pragma unroll
