@@ -61,13 +61,14 @@ __device__ __forceinline__ int warp_append(int* counter, bool take) {
 }
 
 // Appends one item per lane where `take` to a list that only this warp writes and whose length
-// `filled` the warp keeps in a register (the same value in every lane); returns the lane's position
-// (meaningless where !take) and advances `filled`. No shared-memory round trip: a vote and two popcs.
-// Every lane of the warp must call it.
-__device__ __forceinline__ int warp_fill(int& filled, bool take) {
-    const uint32_t mask = __ballot_sync(0xFFFFFFFFu, take);
-    const int pos = filled + __popc(mask & lanemask_lt());
-    filled += __popc(mask);
+// `filled` the warp keeps in a register (the same value in every lane): returns the lane's position
+// (meaningless where !take) and advances `filled`. `votes` is __ballot_sync(~0u, take), taken by the
+// caller so that it can vote for several lists before appending to any (independent chains). No
+// shared-memory round trip, only two popcs. (A uniform early exit where votes == 0 was measured
+// slower at 128K keys and no faster at 512K: BENCHMARKS.md, session 5.)
+__device__ __forceinline__ int warp_fill(int& filled, uint32_t votes) {
+    const int pos = filled + __popc(votes & lanemask_lt());
+    filled += __popc(votes);
     return pos;
 }
 
