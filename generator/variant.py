@@ -32,7 +32,7 @@ class Variant:
     _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2", "wgmma": "fused_mqa_topk_wgmma.cu.j2"}
     _GATE_TEMPLATE = "fused_mqa_topk_gate_wgmma.cu.j2"
     # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096,
-    # and gated variants end in _m<sample_tiles>: mqa_topk_wgmma_sm90a_h32_k2048_r4_t256_w16_s4_b16384_m16
+    # and gated variants end in _m<sample_tiles>: mqa_topk_wgmma_sm90a_h32_k2048_r4_t192_w12_s4_b16384_m32
     _PATTERN = re.compile(
         r"^mqa_topk_(?P<mma>[a-z]+)_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)"
         r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_m(?P<sample_tiles>[1-9]\d*))?$"
