@@ -24,6 +24,18 @@ ARCHS: dict[str, Arch] = {
 }
 
 
+# Registers the producer warpgroup of a wgmma kernel keeps at least (templates/common/sm90.cuh:
+# kMinProducerRegisters): its TMA address math spilled at 32.
+MIN_PRODUCER_REGISTERS = 40
+
+
+def wgmma_math_registers(threads: int, math_threads: int) -> int:
+    """Registers a math thread of a wgmma kernel gets after setmaxnreg (sm90.cuh's math_registers):
+    the launch allocation (threads x 65536/threads, rounded down to 8) less the producer's share."""
+    launch = min(248, 65536 // threads // 8 * 8)
+    return min(240, (launch * threads - 128 * MIN_PRODUCER_REGISTERS) // math_threads // 8 * 8)
+
+
 def arch_for_capability(major: int, minor: int) -> Arch | None:
     """The arch whose kernels run best on a device of this compute capability, or None if none runs.
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from .arch import ARCHS
+from .arch import ARCHS, wgmma_math_registers
 from .variant import parse_name
 
 DIM = 128
 COARSE_BINS = 2048
-PRODUCER_REGISTERS = 32
 
 
 @dataclass(frozen=True, order=True)
@@ -63,9 +62,7 @@ class DenseVariant:
     def math_registers(self) -> int:
         """Registers a math thread gets after setmaxnreg (the template's kMathRegisters): the launch
         allocation (threads x 65536/threads, rounded down to 8) minus what the producer keeps."""
-        threads = 128 * (self.math_wgs + 1)
-        launch = min(248, 65536 // threads // 8 * 8)
-        return min(240, (launch * threads - 128 * PRODUCER_REGISTERS) // (128 * self.math_wgs) // 8 * 8)
+        return wgmma_math_registers(128 * (self.math_wgs + 1), 128 * self.math_wgs)
 
     def logits_smem_bytes(self) -> int:
         tiles = self.q_stages * self.n * DIM + self.kv_stages * (self.key_tile * DIM + self.key_tile * 4)

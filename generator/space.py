@@ -106,7 +106,7 @@ def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None
         gated = mma == "wgmma"
     if gated:
         # 128 (row, head) columns, three math warpgroups (192 keys per tile), slabs of 16K candidates.
-        # Four warpgroups get only 112 registers each and spill; three get 160 and do not, and were
+        # Four warpgroups get only 104 registers each and spill; three get 152 and do not, and were
         # measured 2% faster at 512K keys, where fused is the path taken (BENCHMARKS.md, session 4).
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=192, warps=12, stages=4,
                     buffer=16384, sample_tiles=32)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, fields, replace
 
+from .arch import wgmma_math_registers
+
 DIM = 128  # fp8 bytes per key and per query head: fixed by the models this serves
 SMEM_KEY_STRIDE = DIM + 16  # padded shared-memory row of one key (see the kernel template)
 
@@ -102,8 +104,7 @@ class Variant:
         math warpgroups out of the launch allocation (the template's kMathRegisters)."""
         if self.mma != "wgmma":
             return 255
-        launch = min(248, 65536 // self.threads // 8 * 8)
-        return min(240, (launch * self.threads - 128 * 32) // self.math_threads // 8 * 8)
+        return wgmma_math_registers(self.threads, self.math_threads)
 
     @property
     def slices(self) -> int:

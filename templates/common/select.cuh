@@ -29,11 +29,11 @@ struct RadixScratch {
 using Scratch = RadixScratch<1>;
 
 // The candidate lists the multi-list functions below read, as objects with one method:
-// for_each(r, f) calls f(item, live) for every candidate of list r (item.x its code, item.y its key;
-// live false for padding), by every thread of the group in rounds that keep whole warps together,
-// so f may use warp votes (and only warp-level ones: warps may run different numbers of rounds).
+// for_each(r, f) calls f(code, live) for every candidate of list r (live false for padding), by every
+// thread of the group in rounds that keep whole warps together, so f may use warp votes (and only
+// warp-level ones: warps may run different numbers of rounds).
 
-// One list, code_at(i), i < n, dealt to the group's threads in turn (keys not read).
+// One list, code_at(i), i < n, dealt to the group's threads in turn.
 template <int kThreads, typename CodeAt>
 struct DealtList {
     CodeAt code_at;
@@ -43,36 +43,83 @@ struct DealtList {
         const int lane = threadIdx.x & 31;
         for (int base = int(threadIdx.x) - lane; base < n; base += kThreads) {
             const int i = base + lane;
-            f(make_uint2(i < n ? code_at(i) : 0u, 0u), i < n);
+            f(i < n ? code_at(i) : 0u, i < n);
         }
     }
 };
 
-// Lists kept as per-warp segments of (code, key) pairs, each written by one warp with no atomics
-// (prim::warp_fill): list r's segment w is items[r * row_stride + w * kSegment + i], i < filled[r *
-// kWarps + w] (capped at kSegment: a larger count means the segment overflowed). Warp w reads its own
-// segment, four loads in flight per lane.
-template <int kWarps, int kRows, int kSegment>
+// Lists kept as per-warp segments of (code, key) pairs in global memory, each written by one warp
+// with no atomics (prim::warp_fill): list r's segment w is items[r * row_stride + w * kSegment + i],
+// i < filled[r * kWarps + w] (capped at kSegment: a larger count means the segment overflowed).
+// Warp w reads its own segment. load() brings each lane's first kCached codes of every list into
+// registers with all the loads in flight at once, so a radix pass costs no memory round trip (the
+// passes were L2-latency bound when each one read the slabs again); entries past 32 kCached in a
+// segment are read again by every pass. for_each_keyed also hands f the keys, loading them, all at
+// once, only for the cached entries whose code is at least `min_code` (the ones a write keeps).
+template <int kWarps, int kRows, int kSegment, int kCached>
 struct WarpSegments {
     const uint2* items;
     int row_stride;
-    const int* filled;  // [kRows][kWarps], shared memory
+    int n[kRows];                     // this warp's entries in each list
+    uint32_t code[kRows][kCached];    // code of entry 32 u + lane of this warp's segment of list r
+
+    // Call with every thread of the group after a barrier that published `filled` ([kRows][kWarps],
+    // shared memory).
+    __device__ __forceinline__ void load(const int* filled) {
+        const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) n[r] = min(filled[r * kWarps + warp], kSegment);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const uint2* segment = items + size_t(r) * row_stride + warp * kSegment;
+#pragma unroll
+            for (int u = 0; u < kCached; ++u) code[r][u] = 32 * u + lane < n[r] ? segment[32 * u + lane].x : 0u;
+        }
+    }
     template <typename F>
     __device__ __forceinline__ void for_each(int r, F f) const {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int u = 0; u < kCached; ++u)
+            if (32 * u < n[r]) f(code[r][u], 32 * u + lane < n[r]);  // (warp-uniform test)
+        for_each_uncached<false>(r, [&](uint2 c, bool live) { f(c.x, live); });
+    }
+    template <typename F>
+    __device__ __forceinline__ void for_each_keyed(int r, uint32_t min_code, F f) const {
+        const int lane = threadIdx.x & 31;
+        const uint2* segment = my_segment(r);
+        uint32_t key[kCached];
+#pragma unroll
+        for (int u = 0; u < kCached; ++u) {
+            const int i = 32 * u + lane;
+            key[u] = i < n[r] && code[r][u] >= min_code ? segment[i].y : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < kCached; ++u)
+            if (32 * u < n[r]) f(make_uint2(code[r][u], key[u]), 32 * u + lane < n[r]);
+        for_each_uncached<true>(r, f);
+    }
+
+  private:
+    __device__ __forceinline__ const uint2* my_segment(int r) const {
+        return items + size_t(r) * row_stride + (threadIdx.x / 32) * kSegment;
+    }
+    // The entries past the cached ones, four loads in flight per lane (their keys too if kKeys).
+    template <bool kKeys, typename F>
+    __device__ __forceinline__ void for_each_uncached(int r, F f) const {
         constexpr int kBatch = 4;
-        const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-        const int n = min(filled[r * kWarps + warp], kSegment);
-        const uint2* segment = items + size_t(r) * row_stride + warp * kSegment;
-#pragma unroll 1  // (unrolled, short segments cost registers the warpgroups do not have)
-        for (int base = 0; base < n; base += kBatch * 32) {
+        const int lane = threadIdx.x & 31;
+        const uint2* segment = my_segment(r);
+#pragma unroll 1  // (unrolled, it costs registers the warpgroups do not have)
+        for (int base = 32 * kCached; base < n[r]; base += kBatch * 32) {
             uint2 c[kBatch];
 #pragma unroll
             for (int u = 0; u < kBatch; ++u) {
                 const int i = base + u * 32 + lane;
-                c[u] = i < n ? segment[i] : make_uint2(0u, 0u);
+                c[u] = make_uint2(i < n[r] ? segment[i].x : 0u, kKeys && i < n[r] ? segment[i].y : 0u);
             }
 #pragma unroll
-            for (int u = 0; u < kBatch; ++u) f(c[u], base + u * 32 + lane < n);
+            for (int u = 0; u < kBatch; ++u) f(c[u], base + u * 32 + lane < n[r]);
         }
     }
 };
@@ -103,9 +150,9 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
         for (int r = 0; r < kRows; ++r) {
             if (rank[r] == 0) continue;
             const uint32_t prefix = s.prefix[r];
-            lists.for_each(r, [&](uint2 c, bool live) {
-                const bool hit = live && ((c.x ^ prefix) & known_bits) == 0;
-                prim::warp_histogram_add(s.hist[r], (c.x >> shift) & 255u, hit);
+            lists.for_each(r, [&](uint32_t c, bool live) {
+                const bool hit = live && ((c ^ prefix) & known_bits) == 0;
+                prim::warp_histogram_add(s.hist[r], (c >> shift) & 255u, hit);
             });
         }
         sync();
@@ -230,8 +277,8 @@ __device__ void write_top_k(const uint32_t* codes, const int* keys, int n, int k
     for (int i = min(n, k) + int(threadIdx.x); i < k; i += kThreads) out_row[i] = -1;
 }
 
-// The answers of kRows rows at once from candidate lists that are not overwritten (e.g. slabs in
-// global memory): list r of `lists` holds n[r] candidates; its top k go to out + r * k as key -
+// The answers of kRows rows at once from candidate lists that are not overwritten (WarpSegments,
+// loaded): list r of `lists` holds n[r] candidates; its top k go to out + r * k as key -
 // key_base[r], then -1 up to k. Rows r >= live_rows are not written.
 template <int kThreads, int kRows, typename Lists, typename Sync = CtaSync>
 __device__ __forceinline__ void write_top_k_rows(const Lists& lists, const int (&n)[kRows], int k, int live_rows,
@@ -250,7 +297,7 @@ __device__ __forceinline__ void write_top_k_rows(const Lists& lists, const int (
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         if (r >= live_rows) continue;
-        lists.for_each(r, [&](uint2 c, bool live) {
+        lists.for_each_keyed(r, kth[r], [&](uint2 c, bool live) {
             const bool equal = live && c.x == kth[r];
             const int e = prim::warp_append(&s.equal_taken[r], equal);
             const bool keep = (live && c.x > kth[r]) || (equal && static_cast<uint32_t>(e) < take_equal[r]);

@@ -77,6 +77,9 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // Keeps the compiler from moving accumulator reads/writes across wgmma fences.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// A fresh, undefined value for r, at no cost: ends its old value's live range where the register's
+// next reader (an accumulating product) ignores what it holds.
+__device__ __forceinline__ void discard_operand(float& r) { asm volatile("" : "=f"(r)); }
 
 // ---- the TMA ring: full/empty barrier pairs, one stage per slot ---------------------------------
 // full[i] completes when the producer's loads into slot i have landed; empty[i] when all `consumers`
@@ -113,17 +116,34 @@ __device__ __forceinline__ void load_key_tile(uint64_t* full, uint64_t* empty, i
     tma_load_2d(scales_dst, scale_map, &full[stage], first_key, 0);
 }
 
+// ---- shared memory -------------------------------------------------------------------------------
+// The dynamic shared memory from its first 1024-byte aligned shared address (what TMA's 128-byte
+// swizzle and the wgmma descriptors need). Pointer arithmetic on the __shared__ array, never an
+// integer cast, so the compiler knows every access through the result is to shared memory: LDS, STS
+// and ATOMS with 32-bit addresses, not generic loads and GPU-scope generic atomics.
+__device__ __forceinline__ uint8_t* aligned_shared_base(uint8_t* smem_raw) {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    return smem_raw + ((1024u - (addr & 1023u)) & 1023u);
+}
+
 // ---- registers, barriers, warps ----------------------------------------------------------------
 // setmaxnreg moves registers between warpgroups inside the CTA's launch allocation: threads x the
 // per-thread count ptxas gives under __launch_bounds__(threads, 1), i.e. 65536 / threads rounded
 // down to 8. Asking for more than the producer frees would block forever, so the math warpgroups'
-// count is derived from that pool (and launchers check the compiled count: sm90_host.cuh).
-constexpr int kProducerRegisters = 32;
+// count is derived from that pool (and launchers check the compiled count: sm90_host.cuh): all it
+// can take (at most 240) with the producer warpgroup at 32. The producer gets what the math count's
+// rounding to 8 leaves over, up to 56: room for its address math at no cost to the math.
+constexpr int kMinProducerRegisters = 40;
 constexpr int launch_registers(int threads) { return (65536 / threads) / 8 * 8 > 248 ? 248 : (65536 / threads) / 8 * 8; }
 constexpr int math_registers(int threads, int math_threads) {
-    return ((launch_registers(threads) * threads - 128 * kProducerRegisters) / math_threads) / 8 * 8 > 240
+    return ((launch_registers(threads) * threads - 128 * kMinProducerRegisters) / math_threads) / 8 * 8 > 240
                ? 240
-               : ((launch_registers(threads) * threads - 128 * kProducerRegisters) / math_threads) / 8 * 8;
+               : ((launch_registers(threads) * threads - 128 * kMinProducerRegisters) / math_threads) / 8 * 8;
+}
+constexpr int producer_registers(int threads, int math_threads) {
+    return (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads)) / 128 / 8 * 8 > 56
+               ? 56
+               : (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads)) / 128 / 8 * 8;
 }
 
 template <int kRegisters>
