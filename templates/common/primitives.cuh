@@ -72,6 +72,16 @@ __device__ __forceinline__ int warp_fill(int& filled, uint32_t votes) {
     return pos;
 }
 
+// warp_fill for two lists at once, each lane voting for one of them: the lanes in `lanes_a` for list
+// a, the others for list b (`votes` as above, over all lanes). One vote then serves two lists.
+__device__ __forceinline__ int warp_fill_split(int& filled_a, int& filled_b, uint32_t votes, uint32_t lanes_a) {
+    const bool in_a = (lanes_a >> (threadIdx.x & 31)) & 1u;
+    const int pos = (in_a ? filled_a : filled_b) + __popc(votes & (in_a ? lanes_a : ~lanes_a) & lanemask_lt());
+    filled_a += __popc(votes & lanes_a);
+    filled_b += __popc(votes & ~lanes_a);
+    return pos;
+}
+
 // Adds one to hist[bin] for each lane where `take`, with one shared-memory atomic per distinct bin
 // in the warp: lanes that agree on a bin add together. Lists whose codes share their top bits (the
 // candidates above a gate) would otherwise serialise most of a radix pass on one or two bins.
