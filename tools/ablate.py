@@ -43,7 +43,7 @@ DENSE_ABLATIONS = {
 GATED_ABLATIONS = {
     "no_select": ([(r"(sel::write_top_k_rows<kMathThreads, kRows>\()", r"if (row0 < 0) \1")],
                   "the per-block selection from the slabs (no answers written)"),
-    "no_scan_appends": ([(r"code\[r\] >= theta\[r\];", "code[r] >= theta[r] && theta[r] == 0u;"),  # the sample still appends
+    "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[m\]\);", "!(score[m] < own_gate[m]) && own_gate[m] != own_gate[m];"),  # NaN: no gate yet (the sample)
                          (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
                         "the scan's slab appends (so the selection has nothing to select)"),
 }

@@ -41,6 +41,12 @@ __device__ __forceinline__ uint32_t score_code(float s) {
     const uint32_t bits = __float_as_uint(s + 0.0f);
     return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
+// The score whose code is `code` (codes of NaN and -0 never come out of score_code); code 0 gives a
+// NaN, so the gate test !(s < score_of_code(theta)) admits every score when theta is 0, and it admits
+// a score iff score_code(s) >= theta otherwise (NaN scores always: a superset, never a loss).
+__device__ __forceinline__ float score_of_code(uint32_t code) {
+    return __uint_as_float((code & 0x80000000u) ? (code & 0x7FFFFFFFu) : ~code);
+}
 
 __device__ __forceinline__ uint32_t lanemask_lt() {
     uint32_t mask;
@@ -60,25 +66,16 @@ __device__ __forceinline__ int warp_append(int* counter, bool take) {
     return __shfl_sync(0xFFFFFFFFu, base, leader) + __popc(mask & lanemask_lt());
 }
 
-// Appends one item per lane where `take` to a list that only this warp writes and whose length
-// `filled` the warp keeps in a register (the same value in every lane): returns the lane's position
-// (meaningless where !take) and advances `filled`. `votes` is __ballot_sync(~0u, take), taken by the
-// caller so that it can vote for several lists before appending to any (independent chains). No
+// Appends one item per lane where `take` to a list that only this warp writes, by the lanes in
+// `lanes` (the same mask in all of them; other lanes must not take), which keep its length `filled`
+// in a register: returns the lane's position (meaningless where !take) and advances `filled`. Two
+// lane groups fill two lists from one vote. `votes` is __ballot_sync(~0u, take), taken by the caller
+// so that it can vote for several lists before appending to any (independent chains). No
 // shared-memory round trip, only two popcs. (A uniform early exit where votes == 0 was measured
 // slower at 128K keys and no faster at 512K: BENCHMARKS.md, session 5.)
-__device__ __forceinline__ int warp_fill(int& filled, uint32_t votes) {
-    const int pos = filled + __popc(votes & lanemask_lt());
-    filled += __popc(votes);
-    return pos;
-}
-
-// warp_fill for two lists at once, each lane voting for one of them: the lanes in `lanes_a` for list
-// a, the others for list b (`votes` as above, over all lanes). One vote then serves two lists.
-__device__ __forceinline__ int warp_fill_split(int& filled_a, int& filled_b, uint32_t votes, uint32_t lanes_a) {
-    const bool in_a = (lanes_a >> (threadIdx.x & 31)) & 1u;
-    const int pos = (in_a ? filled_a : filled_b) + __popc(votes & (in_a ? lanes_a : ~lanes_a) & lanemask_lt());
-    filled_a += __popc(votes & lanes_a);
-    filled_b += __popc(votes & ~lanes_a);
+__device__ __forceinline__ int warp_fill(int& filled, uint32_t votes, uint32_t lanes) {
+    const int pos = filled + __popc(votes & lanes & lanemask_lt());
+    filled += __popc(votes & lanes);
     return pos;
 }
 

@@ -48,8 +48,9 @@ struct DealtList {
     }
 };
 
-// Lists kept as per-warp segments of (code, key) pairs in global memory, each written by one warp
-// with no atomics (prim::warp_fill): list r's segment w is items[r * row_stride + w * kSegment + i],
+// Lists kept as per-warp segments of (score bits, key) pairs in global memory (the writer stores the
+// fp32 score as is; its code is made here, once per entry read), each written by one warp with no
+// atomics (prim::warp_fill): list r's segment w is items[r * row_stride + w * kSegment + i],
 // i < filled[r * kWarps + w] (capped at kSegment: a larger count means the segment overflowed).
 // Warp w reads its own segment. load() brings each lane's first kCached codes of every list into
 // registers with all the loads in flight at once, so a radix pass costs no memory round trip (the
@@ -73,7 +74,7 @@ struct WarpSegments {
         for (int r = 0; r < kRows; ++r) {
             const uint2* segment = items + size_t(r) * row_stride + warp * kSegment;
 #pragma unroll
-            for (int u = 0; u < kCached; ++u) code[r][u] = 32 * u + lane < n[r] ? segment[32 * u + lane].x : 0u;
+            for (int u = 0; u < kCached; ++u) code[r][u] = 32 * u + lane < n[r] ? code_of(segment[32 * u + lane].x) : 0u;
         }
     }
     template <typename F>
@@ -101,6 +102,9 @@ struct WarpSegments {
     }
 
   private:
+    static __device__ __forceinline__ uint32_t code_of(uint32_t score_bits) {
+        return prim::score_code(__uint_as_float(score_bits));
+    }
     __device__ __forceinline__ const uint2* my_segment(int r) const {
         return items + size_t(r) * row_stride + (threadIdx.x / 32) * kSegment;
     }
@@ -116,7 +120,7 @@ struct WarpSegments {
 #pragma unroll
             for (int u = 0; u < kBatch; ++u) {
                 const int i = base + u * 32 + lane;
-                c[u] = make_uint2(i < n[r] ? segment[i].x : 0u, kKeys && i < n[r] ? segment[i].y : 0u);
+                c[u] = make_uint2(i < n[r] ? code_of(segment[i].x) : 0u, kKeys && i < n[r] ? segment[i].y : 0u);
             }
 #pragma unroll
             for (int u = 0; u < kBatch; ++u) f(c[u], base + u * 32 + lane < n[r]);

@@ -151,6 +151,11 @@ __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters)); }
 
+// This thread's warpgroup, broadcast from lane 0: the compiler then knows it is warp-uniform and
+// keeps what derives from it (the products' shared-memory descriptors) in uniform registers, instead
+// of moving it there before every wgmma.
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xFFFFFFFFu, int(threadIdx.x) / 128, 0); }
+
 // A barrier among `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
 // __syncthreads): lets the math warpgroups synchronise without the producer warp.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
