@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from collections.abc import Iterator
 
 from .arch import ARCHS
@@ -94,6 +95,18 @@ def kernel_kinds(arch: str = "sm90a") -> list[tuple[str, bool]]:
     """The (scoring core, gated) kernels `arch` can run: mma.sync and wgmma cores, the gate on wgmma."""
     kinds = [(mma, False) for mma in ARCHS[arch].mma_kinds]
     return kinds + [("wgmma", True)] if "wgmma" in ARCHS[arch].mma_kinds else kinds
+
+
+def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant]:
+    """The points a tuning study measures before it searches: the arch's default (its fastest kind),
+    shapes of that kind that won buckets where the default did not, then the other kinds' defaults.
+    The one such shape so far: the gated kernel with two math warpgroups of two 64-key slices each
+    (232 registers a thread; on an H200 it beat the three-warpgroup default by 3% at 512K keys and
+    lost by 3% at 128K: BENCHMARKS.md)."""
+    first = default_variant(heads, top_k, arch)
+    shapes = [replace(first, key_tile=256, warps=8)] if first.gated else []
+    points = [first, *shapes, *(d for d in default_variants(heads, top_k, arch) if d != first)]
+    return [v for v in points if rejection_reason(v) is None]
 
 
 def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None = None,

@@ -26,7 +26,7 @@ from typing import Protocol
 from runtime.table import Entry, load_table, save_table, table_dir, table_path
 
 from .arch import arch_for_capability
-from .space import AXES, default_variant, default_variants, enumerate_space, rejection_reason
+from .space import AXES, enumerate_space, rejection_reason, starting_points
 from .variant import Variant
 
 TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles")
@@ -89,8 +89,11 @@ class BucketResult:
 
 
 def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
-                storage: str | None = None, build_fn=None, log=print) -> BucketResult:
-    """One optuna study for one bucket; `build_fn(variants)` compiles a batch before it is measured."""
+                storage: str | None = None, build_fn=None, incumbent: Variant | None = None,
+                log=print) -> BucketResult:
+    """One optuna study for one bucket; `build_fn(variants)` compiles a batch before it is measured.
+    `incumbent` (the table's current choice for the bucket) is measured second, so a re-tune with
+    few trials cannot end worse than the table it replaces."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -98,12 +101,13 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
     study = optuna.create_study(
         study_name=f"{arch}_{bucket.name}", storage=storage, load_if_exists=True, direction="minimize",
         sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, trials)))
-    if not study.trials:  # the known-good defaults of every kernel kind this arch has go first, the arch's
-        # own default (its fastest kind) first of all, so that even a one-trial study measures it
-        best_guess = default_variant(bucket.heads, bucket.top_k, arch)
-        others = [d for d in default_variants(bucket.heads, bucket.top_k, arch) if d != best_guess]
-        for default in [best_guess, *others]:
-            study.enqueue_trial({a: getattr(default, a) for a in TUNED_AXES})
+    if not study.trials:  # the known-good points go first (space.starting_points), the arch's own
+        # default first of all, so that even a one-trial study measures it
+        first, *others = starting_points(bucket.heads, bucket.top_k, arch)
+        if incumbent not in (None, first) and incumbent.arch == arch and rejection_reason(incumbent) is None:
+            others = [incumbent, *(v for v in others if v != incumbent)]
+        for point in [first, *others]:
+            study.enqueue_trial({a: getattr(point, a) for a in TUNED_AXES})
 
     dense_ms = measurer.dense_ms(bucket)
     log(f"[{bucket.name}] dense {dense_ms:.3f} ms")
@@ -180,7 +184,10 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, tri
         if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
             break
-        r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, log=log)
+        incumbent = next((Variant.from_name(e.variant) for e in load_table(path) or []
+                          if (e.heads, e.top_k, e.rows, e.keys) == (bucket.heads, bucket.top_k, bucket.rows, bucket.keys)),
+                         None)
+        r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent, log=log)
         results.append(r)
         entry = r.entry()
         if entry is not None:
