@@ -17,6 +17,7 @@ from runtime.dense import dense_mqa_topk, dense_variant_for
 from runtime.fused import launch_variant
 from runtime.loader import aligned16 as _aligned, load
 from runtime.scoring import row_pieces
+from runtime.table import load_table, nearest, table_path
 from runtime.verify import verify_topk
 from runtime.workloads import make_workload
 
@@ -24,6 +25,15 @@ from .dense_variant import DenseVariant
 from .timing import median_ms, scoring_tflops, visible_pairs
 from .space import default_variant
 from .variant import Variant
+
+
+def fused_variant(name: str, heads: int, top_k: int, rows: int, keys: int) -> Variant:
+    """`name`, or 'default' (the untuned default), or 'table' (what the runtime dispatches this shape to
+    on this GPU: the nearest bucket's variant of its tuned table, the default where there is none)."""
+    if name == "table":
+        entry = nearest(load_table(table_path(torch.cuda.get_device_name())) or [], heads, top_k, rows, keys)
+        return Variant.from_name(entry.variant) if entry else default_variant(heads, top_k)
+    return default_variant(heads, top_k) if name == "default" else Variant.from_name(name)
 
 
 def scaled_mm_tflops(n: int = 8192) -> float:
@@ -138,7 +148,7 @@ def main(args) -> int:
                      f"{dense_ms:.2f} ms [{rep.summary()}], fp8 floor {floor_ms:.2f} ms"
                      + (f", top-k alone {tk:.2f} ms" if tk is not None else ""))
                 for name in args.fused:
-                    v = default_variant(heads, top_k) if name == "default" else Variant.from_name(name)
+                    v = fused_variant(name, heads, top_k, rows, keys)
                     if (v.heads, v.top_k) != (heads, top_k):
                         continue
                     name = v.name
@@ -171,7 +181,8 @@ def add_arguments(p) -> None:
     p.add_argument("--heads", type=int, action="append")
     p.add_argument("--top-k", dest="top_k", type=int, action="append")
     p.add_argument("--fused", action="append", default=[], metavar="VARIANT",
-                   help="also time this fused variant ('default': the default variant of each heads/top-k)")
+                   help="also time this fused variant ('default': the default variant of each heads/top-k; "
+                        "'table': the tuned table's variant for the shape, as the runtime picks it)")
     p.add_argument("--topk", action="append", default=[], metavar="RxN", help="our top-k vs torch.topk on [R, N] logits")
     p.add_argument("--budget", type=int, default=512 << 20, help="dense logits budget in bytes (default 512 MiB)")
     p.add_argument("--dense", action="append", default=[], metavar="VARIANT", help="also time this dense variant's logits")
