@@ -28,10 +28,11 @@ struct RadixScratch {
 };
 using Scratch = RadixScratch<1>;
 
-// The candidate lists the multi-list functions below read, as objects with one method:
-// for_each(r, f) calls f(code, live) for every candidate of list r (live false for padding), by every
-// thread of the group in rounds that keep whole warps together, so f may use warp votes (and only
-// warp-level ones: warps may run different numbers of rounds).
+// The candidate lists the multi-list functions below read, as objects: for_each(r, f) calls
+// f(code, live) for every candidate of list r (live false for padding), by every thread of the group
+// in rounds that keep whole warps together, so f may use warp votes (and only warp-level ones: warps
+// may run different numbers of rounds). write_top_k_rows also needs the keys: for_each_keyed(r,
+// min_code, f) calls f(make_uint2(code, key), live) the same way, the key read where code >= min_code.
 
 // One list, code_at(i), i < n, dealt to the group's threads in turn.
 template <int kThreads, typename CodeAt>
