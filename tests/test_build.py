@@ -122,3 +122,42 @@ def test_ablations_still_patch_the_templates():
         sources = tool.sources(variant)
         assert set(sources) == {"baseline", *tool.ablations(variant)}
         assert len(set(sources.values())) == len(sources)  # every patch changed the source
+    # A gated ablation must patch the gated kernel, not the rescan kernel compiled beside it (one did,
+    # unnoticed, after the code it matched moved: session 6).
+    sources = tool.sources(default_variant(32, 2048, gated=True))
+    gate_start = sources["baseline"].index("namespace gate {")
+    for name, text in sources.items():
+        first_change = next((i for i, (a, b) in enumerate(zip(text, sources["baseline"])) if a != b), None)
+        assert name == "baseline" or first_change > gate_start, f"ablation {name} patches code before the gate kernel"
+
+
+def _sass_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sass", REPO / "tools" / "sass.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_sass_tool_finds_the_innermost_product_loops():
+    """tools/sass.py counts a hot loop's instructions from nvdisasm's output (no GPU, and no nvdisasm
+    needed for this check: a hand-written listing in its format)."""
+    tool = _sass_tool()
+    listing = """
+        .text._ZN12_GLOBAL__N_14gate26fused_mqa_topk_gate_kernelE14CUtensorMap_st:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/                   FMNMX R2, R3, RZ, !PT ;
+.L_x_2:
+        /*0020*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24 ;
+        /*0030*/                   FFMA R4, R2, R5, R4 ;
+        /*0040*/              @!P0 BRA `(.L_x_2) ;
+        /*0050*/                   IADD3 R6, R6, 0x1, RZ ;
+        /*0060*/               @P1 BRA `(.L_x_1) ;
+.L_x_3:
+        /*0070*/                   FADD R7, R7, R8 ;
+        /*0080*/                   BRA `(.L_x_3) ;
+"""
+    loops = tool.product_loops(listing)
+    assert loops == [("gate::fused_mqa_topk_gate_kernel", ["QGMMA.64x128x32.F32.E4M3.E4M3", "FFMA", "BRA"])]

@@ -1,0 +1,122 @@
+"""How many instructions does a kernel's hot loop issue? Read the SASS, no GPU needed.
+
+Renders a variant, compiles it to a cubin with the shipped flags, disassembles it with nvdisasm and
+prints, per kernel, ptxas's registers and spills and, per loop that issues tensor-core products
+(wgmma: QGMMA/HGMMA, mma.sync: HMMA), its instruction count and opcode histogram. This session's
+measure of an epilogue change: the gated kernel's scan loop went 321 -> 257 instructions a 64-key
+slice (BENCHMARKS.md, session 6). A loop is a backward branch and the code from its target on.
+
+    python tools/sass.py VARIANT [--top 30] [--keep DIR]
+
+nvdisasm is not part of a minimal CUDA install; $NVDISASM, PATH and $CUDA_HOME/bin are searched,
+and `pip download --no-deps nvidia-cuda-nvdisasm` (unzip; nvidia/cu13/bin/nvdisasm) provides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
+from generator.render import render  # noqa: E402
+
+INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)")
+LABEL = re.compile(r"^\.(L_x_\d+):")
+BRANCH_TARGET = re.compile(r"\bBRA\b.*`\(\.(L_x_\d+)\)")
+FUNCTION = re.compile(r"^\s*\.text\.(\S+):")
+PRODUCTS = ("QGMMA", "HGMMA", "HMMA", "IMMA")
+
+
+def nvdisasm_path() -> str:
+    for candidate in (os.environ.get("NVDISASM"), shutil.which("nvdisasm"),
+                      os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvdisasm")):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise SystemExit("nvdisasm not found: set NVDISASM, or `pip download --no-deps nvidia-cuda-nvdisasm`, unzip it "
+                     "and use nvidia/cu13/bin/nvdisasm")
+
+
+def compile_cubin(name: str, folder: Path) -> tuple[Path, str]:
+    """The variant's cubin and ptxas's report (registers, spills per kernel)."""
+    variant = spec_from_name(name)
+    src = folder / f"{variant.name}.cu"
+    src.write_text(render(variant))
+    flags = [f for f in nvcc_flags(variant) if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    cubin = folder / f"{variant.name}.cubin"
+    run = subprocess.run([nvcc_path(), *flags, "-cubin", "-o", str(cubin), str(src)], capture_output=True, text=True)
+    if run.returncode:
+        raise SystemExit(f"nvcc failed:\n{run.stdout}{run.stderr}")
+    return cubin, run.stdout + run.stderr
+
+
+def product_loops(sass: str) -> list[tuple[str, list[str]]]:
+    """(kernel, opcodes) of each innermost loop that contains a tensor-core product, shortest first:
+    the scan loops come first (the longer ones are loops over row blocks whose scan loops ptxas laid
+    out elsewhere)."""
+    lines = sass.splitlines()
+    labels, kernel_at, kernel = {}, [], ""
+    for i, line in enumerate(lines):
+        if m := FUNCTION.match(line):
+            kernel = m.group(1)
+        kernel_at.append(kernel)
+        if m := LABEL.match(line):
+            labels[m.group(1)] = i
+    spans = []
+    for i, line in enumerate(lines):
+        m = BRANCH_TARGET.search(line)
+        if m and labels.get(m.group(1), i) < i:
+            ops = [op.group(1) for op in map(INSTRUCTION.match, lines[labels[m.group(1)]:i + 1]) if op]
+            if any(op.startswith(PRODUCTS) for op in ops):
+                spans.append((labels[m.group(1)], i, ops))
+    innermost = [(a, b, ops) for a, b, ops in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d, _ in spans)]
+    return sorted(((short_name(kernel_at[b]), ops) for a, b, ops in innermost), key=lambda loop: len(loop[1]))
+
+
+def short_name(mangled: str) -> str:
+    """`gate::fused_mqa_topk_gate_kernel` from `_ZN<len><anonymous namespace><len>gate<len>fused...E...`."""
+    names, i = [], mangled.find("_ZN") + 3
+    while 3 <= i < len(mangled) and mangled[i].isdigit():
+        j = i
+        while mangled[j].isdigit():
+            j += 1
+        names.append(mangled[j:j + int(mangled[i:j])])
+        i = j + int(mangled[i:j])
+    return "::".join(n for n in names if not n.startswith("_GLOBAL__N")) or mangled
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("variant")
+    p.add_argument("--top", type=int, default=30, help="opcodes listed per loop")
+    p.add_argument("--keep", type=Path, help="write the source, cubin and SASS here")
+    args = p.parse_args()
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="sass-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    cubin, report = compile_cubin(args.variant, folder)
+    for line in report.splitlines():
+        if m := re.search(r"Compiling entry function '(\S+)'", line):
+            print(short_name(m.group(1)))
+        elif "spill" in line or "Used" in line:
+            print("  " + line.replace("ptxas info    : ", "").strip())
+    disasm = subprocess.run([nvdisasm_path(), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    if args.keep:
+        (folder / "kernel.sass").write_text(disasm)
+    for kernel, ops in product_loops(disasm):
+        products = sum(op.startswith(PRODUCTS) for op in ops)
+        print(f"\n{kernel}: loop of {len(ops)} instructions, {products} tensor-core products")
+        counts = collections.Counter(ops).most_common(args.top)
+        print("  " + " | ".join(f"{n} {op}" for op, n in counts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
