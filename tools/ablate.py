@@ -46,6 +46,12 @@ GATED_ABLATIONS = {
     "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[m\]\);", "!(score[m] < own_gate[m]) && own_gate[m] != own_gate[m];"),  # NaN: no gate yet (the sample)
                          (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
                         "the scan's slab appends (so the selection has nothing to select)"),
+    # (one tile's scores repeated do not suit the gate: no block may take the rescan, or it is timed too)
+    "one_key_tile": ([(r"load_tile\(sample_tile\(range\.x, tiles, samples, i\)\);", "load_tile(range.x);"),
+                      (r"tile \+= kKeyTile\) load_tile\(tile\);", "tile += kKeyTile) load_tile(range.x);"),
+                      (r"served &= st\.filled\[r \* kMathWarps \+ w\] <= kSegment;", "served &= true;"),
+                      (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
+                     "streaming K from L2 / HBM (every tile of a block, sample included, reloads its first)"),
 }
 
 
