@@ -30,10 +30,11 @@ from .space import AXES, enumerate_space, rejection_reason, starting_points
 from .variant import Variant
 
 TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles")
-# (rows, keys) of the causal chunks a table is tuned at: short, long, very long. The fused/dense
-# crossover lies between the last two on an H200 (dense wins at 128K, fused at 512K: BENCHMARKS.md),
-# and the runtime takes the nearest bucket, so a table needs both sides of it.
-DEFAULT_SHAPES = ((4096, 32_768), (16_384, 131_072), (16_384, 524_288))
+# (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context. The
+# runtime takes the nearest bucket on a log scale, so a table needs both sides of every crossover:
+# fused/dense (on an H200 fused now wins from 32K keys up, by 1.03x to 1.86x) and between variants
+# (three gated warpgroups win at 128K keys, two of two slices at 512K: BENCHMARKS.md, session 6).
+DEFAULT_SHAPES = ((4096, 32_768), (16_384, 131_072), (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576))
 
 
 @dataclass(frozen=True, order=True)
