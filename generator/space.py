@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 
 from .arch import ARCHS
 from .variant import BUFFERS, Variant, smallest_wgmma_buffer
@@ -101,8 +101,8 @@ def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant
     """The points a tuning study measures before it searches: the arch's default (its fastest kind),
     shapes of that kind that won buckets where the default did not, then the other kinds' defaults.
     The one such shape so far: the gated kernel with two math warpgroups of two 64-key slices each
-    (232 registers a thread; on an H200 it beat the three-warpgroup default by 3% at 512K keys and
-    lost by 3% at 128K: BENCHMARKS.md)."""
+    (232 registers a thread; on an H200 it won every bucket from 256K keys up, by about 3% at 512K,
+    and lost by about 3% at 128K: BENCHMARKS.md, session 6)."""
     first = default_variant(heads, top_k, arch)
     shapes = [replace(first, key_tile=256, warps=8)] if first.gated else []
     points = [first, *shapes, *(d for d in default_variants(heads, top_k, arch) if d != first)]
@@ -119,8 +119,9 @@ def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None
         gated = mma == "wgmma"
     if gated:
         # 128 (row, head) columns, three math warpgroups (192 keys per tile), slabs of 16K candidates.
-        # Four warpgroups get only 104 registers each and spill; three get 152 and do not, and were
-        # measured 2% faster at 512K keys, where fused is the path taken (BENCHMARKS.md, session 4).
+        # Four warpgroups get only 104 registers each and spill; three get 152 and do not. Three were
+        # the fastest shape at 128K keys on an H200; from 256K up two of two slices each win
+        # (starting_points), which tuned tables pick (BENCHMARKS.md, sessions 4 and 6).
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=192, warps=12, stages=4,
                     buffer=16384, sample_tiles=32)
     elif mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
