@@ -131,8 +131,8 @@ __device__ __forceinline__ uint8_t* aligned_shared_base(uint8_t* smem_raw) {
 // per-thread count ptxas gives under __launch_bounds__(threads, 1), i.e. 65536 / threads rounded
 // down to 8. Asking for more than the producer frees would block forever, so the math warpgroups'
 // count is derived from that pool (and launchers check the compiled count: sm90_host.cuh): all it
-// can take (at most 240) with the producer warpgroup at 32. The producer gets what the math count's
-// rounding to 8 leaves over, up to 56: room for its address math at no cost to the math.
+// can take (at most 240) with the producer warpgroup at kMinProducerRegisters (at 32 its TMA address
+// math spilled). The producer also gets what the math count's rounding to 8 leaves over, up to 56.
 constexpr int kMinProducerRegisters = 40;
 constexpr int launch_registers(int threads) { return (65536 / threads) / 8 * 8 > 248 ? 248 : (65536 / threads) / 8 * 8; }
 constexpr int math_registers(int threads, int math_threads) {
