@@ -109,6 +109,21 @@ def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant
     return [v for v in points if rejection_reason(v) is None]
 
 
+def neighbors(v: Variant, axes: tuple[str, ...]) -> list[Variant]:
+    """The valid points that differ from `v` in exactly one of `axes`, axis by axis in that order:
+    where a tuning study looks next after its starting points, before it samples. The tuned axes
+    interact little near a good point (each of sessions 4-6's gains was one axis moved), and a study
+    of a few dozen trials cannot afford TPE's random start over a space of thousands of points."""
+    out = []
+    for axis in axes:
+        for value in AXES[axis]:
+            if value != getattr(v, axis):
+                w = replace(v, **{axis: value})
+                if rejection_reason(w) is None:
+                    out.append(w)
+    return out
+
+
 def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None = None,
                     gated: bool | None = None) -> Variant:
     """A sound untuned choice, used where no tuned table names one (tests, first builds); `mma`

@@ -26,10 +26,13 @@ from typing import Protocol
 from runtime.table import Entry, load_table, save_table, table_dir, table_path
 
 from .arch import arch_for_capability
-from .space import AXES, enumerate_space, rejection_reason, starting_points
+from .space import AXES, enumerate_space, neighbors, rejection_reason, starting_points
 from .variant import Variant
 
 TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles")
+# The order a study walks the best point's neighbours in (space.neighbors): the axes that moved the
+# gated kernel's time most cheaply first.
+NEIGHBOR_AXES = ("sample_tiles", "stages", "buffer", "key_tile", "warps", "rows", "mma")
 # (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context. The
 # runtime takes the nearest bucket on a log scale, so a table needs both sides of every crossover:
 # fused/dense (on an H200 fused now wins from 32K keys up, by 1.03x to 1.86x) and between variants
@@ -93,8 +96,10 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
                 storage: str | None = None, build_fn=None, incumbent: Variant | None = None,
                 log=print) -> BucketResult:
     """One optuna study for one bucket; `build_fn(variants)` compiles a batch before it is measured.
-    `incumbent` (the table's current choice for the bucket) is measured second, so a re-tune with
-    few trials cannot end worse than the table it replaces."""
+    The study measures the starting points first (space.starting_points), `incumbent` (the table's
+    current choice for the bucket) second, so a re-tune with few trials cannot end worse than the
+    table it replaces; then, batch by batch, the unmeasured one-axis neighbours of the best point so
+    far (space.neighbors); optuna's sampler only once the best point's neighbourhood is measured."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -122,9 +127,27 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
     # `trials` counts measured (or failed) candidates; rejected points are pruned for free, up to a cap.
     done = sum(t.state in (State.COMPLETE, State.FAIL) for t in study.trials)
     asks_left = 20 * trials
+
+    def enqueue_neighbors() -> None:
+        """The best point's unmeasured neighbours, if nothing is queued already."""
+        if study.get_trials(deepcopy=False, states=(State.WAITING,)):
+            return
+        good = {n: ms for n, ms in measured.items() if ms is not None}
+        if not good:
+            return
+        queued = 0
+        for w in neighbors(Variant.from_name(min(good, key=good.get)), NEIGHBOR_AXES):
+            if w.name not in measured and queued < min(batch, trials - done):
+                study.enqueue_trial({a: getattr(w, a) for a in TUNED_AXES})
+                queued += 1
+
     while done < trials and asks_left > 0:
+        enqueue_neighbors()
+        # A batch is the queued points alone while there are any (starting points, neighbours), so
+        # that the next batch's neighbours are those of the best point after them.
+        queued = len(study.get_trials(deepcopy=False, states=(State.WAITING,)))
         asked = []
-        for _ in range(min(batch, trials - done, asks_left)):
+        for _ in range(min(queued or batch, trials - done, asks_left)):
             trial = study.ask()
             v = Variant(arch=arch, heads=bucket.heads, top_k=bucket.top_k,
                         **{a: trial.suggest_categorical(a, choices[a]) for a in TUNED_AXES})

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from generator.space import default_variant, default_variants, rejection_reason, starting_points
-from generator.tune import Bucket, VerificationError, merge_entries, refresh, run, tunable_choices, tune_bucket
+from generator.space import default_variant, default_variants, neighbors, rejection_reason, starting_points
+from generator.tune import (NEIGHBOR_AXES, TUNED_AXES, Bucket, VerificationError, merge_entries, refresh, run,
+                            tunable_choices, tune_bucket)
 from generator.variant import Variant
 from runtime.table import Entry, load_table
 
@@ -105,6 +106,28 @@ def test_studies_start_from_the_known_good_points():
     assert {(v.gated, v.warps) for v in points} >= {(True, 12), (True, 8)}  # both gated shapes that won a bucket
     tune_bucket(Bucket(32, 2048, 16384, 524288), m, "sm90a", trials=len(points), log=lambda s: None)
     assert m.fused_calls == [v.name for v in points]
+
+
+def test_neighbors_differ_in_one_axis_and_are_valid():
+    v = starting_points(32, 2048, "sm90a")[1]  # the gated 2 x 2 shape
+    near = neighbors(v, NEIGHBOR_AXES)
+    assert near and len(set(near)) == len(near) and v not in near
+    for w in near:
+        assert rejection_reason(w) is None
+        assert sum(getattr(w, a) != getattr(v, a) for a in TUNED_AXES) == 1
+    assert {w.sample_tiles for w in near} >= {8, 16} and {w.stages for w in near} >= {2, 3}
+    assert near[0].sample_tiles != v.sample_tiles  # in NEIGHBOR_AXES order
+
+
+def test_after_the_starting_points_a_study_walks_the_best_points_neighbors():
+    m = FakeMeasurer()
+    bucket = Bucket(32, 2048, 16384, 524288)
+    points = starting_points(32, 2048, "sm90a")
+    best = min(points, key=lambda v: FakeMeasurer().fused_ms(v, bucket))
+    near = neighbors(best, NEIGHBOR_AXES)[:4]
+    assert near
+    tune_bucket(bucket, m, "sm90a", trials=len(points) + len(near), batch=4, log=lambda s: None)
+    assert m.fused_calls == [v.name for v in points] + [w.name for w in near]
 
 
 def test_a_retune_measures_the_tables_choice_second(tmp_path):

@@ -6,7 +6,13 @@ prints, per kernel, ptxas's registers and spills and, per loop that issues tenso
 measure of an epilogue change: the gated kernel's scan loop went 321 -> 257 instructions a 64-key
 slice (BENCHMARKS.md, session 6). A loop is a backward branch and the code from its target on.
 
-    python tools/sass.py VARIANT [--top 30] [--keep DIR]
+    python tools/sass.py VARIANT [--top 30] [--keep DIR] [--timeline]
+
+--timeline lists, per loop, where the products are issued and waited for (instruction positions):
+what overlaps a warpgroup's own products is what ptxas placed between their issue and their wait,
+which the source order does not decide (session 7: in the 2 x 2 gated loop ptxas hoisted most of
+slice 1's epilogue above the next tile's issue, so that product overlapped 93 of 506 instructions;
+BENCHMARKS.md has what forcing the order did).
 
 nvdisasm is not part of a minimal CUDA install; $NVDISASM, PATH and $CUDA_HOME/bin are searched,
 and `pip download --no-deps nvidia-cuda-nvdisasm` (unzip; nvidia/cu13/bin/nvdisasm) provides it.
@@ -34,6 +40,8 @@ LABEL = re.compile(r"^\.(L_x_\d+):")
 BRANCH_TARGET = re.compile(r"\bBRA\b.*`\(\.(L_x_\d+)\)")
 FUNCTION = re.compile(r"^\s*\.text\.(\S+):")
 PRODUCTS = ("QGMMA", "HGMMA", "HMMA", "IMMA")
+# What --timeline shows: products, their fences and waits, mbarrier waits and arrivals, branches, stores.
+EVENTS = (*PRODUCTS, "WARPGROUP", "SYNCS", "BRA", "BAR", "STG", "STS")
 
 
 def nvdisasm_path() -> str:
@@ -58,8 +66,8 @@ def compile_cubin(name: str, folder: Path) -> tuple[Path, str]:
     return cubin, run.stdout + run.stderr
 
 
-def product_loops(sass: str) -> list[tuple[str, list[str]]]:
-    """(kernel, opcodes) of each innermost loop that contains a tensor-core product, shortest first:
+def product_loops(sass: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(kernel, [(opcode, instruction)]) of each innermost loop that contains a tensor-core product, shortest first:
     the scan loops come first (the longer ones are loops over row blocks whose scan loops ptxas laid
     out elsewhere)."""
     lines = sass.splitlines()
@@ -74,8 +82,9 @@ def product_loops(sass: str) -> list[tuple[str, list[str]]]:
     for i, line in enumerate(lines):
         m = BRANCH_TARGET.search(line)
         if m and labels.get(m.group(1), i) < i:
-            ops = [op.group(1) for op in map(INSTRUCTION.match, lines[labels[m.group(1)]:i + 1]) if op]
-            if any(op.startswith(PRODUCTS) for op in ops):
+            ops = [(op.group(1), text.split("*/", 1)[1].strip().rstrip(" ;"))
+                   for text in lines[labels[m.group(1)]:i + 1] if (op := INSTRUCTION.match(text))]
+            if any(op.startswith(PRODUCTS) for op, _ in ops):
                 spans.append((labels[m.group(1)], i, ops))
     innermost = [(a, b, ops) for a, b, ops in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d, _ in spans)]
     return sorted(((short_name(kernel_at[b]), ops) for a, b, ops in innermost), key=lambda loop: len(loop[1]))
@@ -98,6 +107,7 @@ def main() -> int:
     p.add_argument("variant")
     p.add_argument("--top", type=int, default=30, help="opcodes listed per loop")
     p.add_argument("--keep", type=Path, help="write the source, cubin and SASS here")
+    p.add_argument("--timeline", action="store_true", help="positions of products, waits, barriers, branches")
     args = p.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="sass-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -110,11 +120,16 @@ def main() -> int:
     disasm = subprocess.run([nvdisasm_path(), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
     if args.keep:
         (folder / "kernel.sass").write_text(disasm)
-    for kernel, ops in product_loops(disasm):
+    for kernel, loop in product_loops(disasm):
+        ops = [op for op, _ in loop]
         products = sum(op.startswith(PRODUCTS) for op in ops)
         print(f"\n{kernel}: loop of {len(ops)} instructions, {products} tensor-core products")
         counts = collections.Counter(ops).most_common(args.top)
         print("  " + " | ".join(f"{n} {op}" for op, n in counts))
+        if args.timeline:
+            for i, (op, text) in enumerate(loop):
+                if op.startswith(EVENTS):
+                    print(f"  {i:5d}  {text}")
     return 0
 
 
