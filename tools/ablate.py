@@ -10,6 +10,10 @@ ablation must not change.
 
     python tools/ablate.py build VARIANT... --out .ablate        # here: render, patch, compile
     python tools/ablate.py time VARIANT... --out .ablate --shape 16384x131072   # on the GPU
+
+To time a change against the commit before it, build the unpatched source of each as a named build
+(`build VARIANT --as prev` at the old commit, `--as new` after the change), then `time VARIANT
+--only prev --only new --only prev --only new ...` (alternate: a single pair can be off by 1-3%).
 """
 
 from __future__ import annotations
@@ -81,7 +85,8 @@ def cmd_build(args) -> int:
     folder = Path(args.out) / variant.name
     folder.mkdir(parents=True, exist_ok=True)
     procs = []
-    for name, text in sources(variant).items():
+    todo = {args.as_name: render(variant)} if args.as_name else sources(variant)
+    for name, text in todo.items():
         src = folder / f"{name}.cu"
         src.write_text(text)
         cmd = [nvcc_path(), *nvcc_flags(variant), "-o", str(folder / f"{name}.so"), str(src)]
@@ -143,7 +148,8 @@ def main() -> int:
     p.add_argument("variant", nargs="+")
     p.add_argument("--out", default=".ablate")
     p.add_argument("--shape", action="append", default=[], metavar="MxN")
-    p.add_argument("--only", action="append", help="time only these builds (baseline or an ablation's name)")
+    p.add_argument("--only", action="append", help="time only these builds (baseline, an ablation's or an --as name)")
+    p.add_argument("--as", dest="as_name", help="build: only the unpatched source, as <AS>.so (e.g. prev, new)")
     args = p.parse_args()
     rc = 0
     for name in args.variant:
