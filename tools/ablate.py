@@ -31,6 +31,11 @@ from generator.dense_variant import DenseVariant  # noqa: E402
 from generator.render import render  # noqa: E402
 
 # name -> ([(regex, replacement), ...], what it leaves out), per kind of kernel
+# The head sums with w |x| for w relu(x): one FFMA an element instead of FMNMX + FFMA (the instruction
+# count a relu-free epilogue would have, e.g. with the signed part sum w x on the tensor cores).
+NO_RELU = ([(r"fmaf\(w\[r\]\[j\]\[c & 1\], fmaxf\(a\[c\], 0\.f\), sum\[c >> 1\]\)",
+             "fmaf(w[r][j][c & 1], fabsf(a[c]), sum[c >> 1])")],
+           "the relu's fmax (w |x| summed instead: wrong scores, the time of one FFMA an element)")
 DENSE_ABLATIONS = {
     "no_head_sums": ([(r"sm90::head_sums<kRows, kHeads>\(acc\[s\], w, v\);",
                        "for (int m = 0; m < sm90::owned_totals(kRows); ++m) v[m] = acc[s][m];")],
@@ -40,11 +45,13 @@ DENSE_ABLATIONS = {
     "no_mma": ([(r"(wgmma_m64n\d+k32_e4m3\(acc, keys_hi \| \(keys_lo \+ 2 \* k\), queries_hi \| \(queries_lo \+ 2 \* k\), k\);)",
                  r"if (k == 7) \1")],
                "the tensor-core products"),
+    "no_relu": NO_RELU,
     "one_key_tile": ([(r"smem \+ kScaleRingOffset \+ s \* kScaleTileBytes, &k_map, &scale_map, tile, kKeyTile\);",
                        "smem + kScaleRingOffset + s * kScaleTileBytes, &k_map, &scale_map, range.lo, kKeyTile);")],
                      "streaming K from L2 / HBM (every tile of a unit reloads its first)"),
 }
 GATED_ABLATIONS = {
+    "no_relu": NO_RELU,
     "no_select": ([(r"(sel::write_top_k_rows<kMathThreads, kRows>\()", r"if (row0 < 0) \1")],
                   "the per-block selection from the slabs (no answers written)"),
     "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[m\]\);", "!(score[m] < own_gate[m]) && own_gate[m] != own_gate[m];"),  # NaN: no gate yet (the sample)
