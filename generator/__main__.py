@@ -55,6 +55,9 @@ def cmd_build(args) -> int:
     plans = build(variants, jobs=args.jobs)
     dirty = 0
     for p in plans:
+        if not p.log.exists():  # a cached library whose log was pruned (e.g. a cache carried to another machine)
+            print(f"{p.variant.name}: cached, no build log (resources not reported)")
+            continue
         for kernel in p.variant.kernels:
             r = resource_report(p, kernel)
             dirty += not r.clean
