@@ -2,6 +2,7 @@
 needed), the cache reuses unchanged builds and never exposes half-written files, and a built
 library's own report agrees with the Python model of the variant."""
 
+import difflib
 import os
 import subprocess
 import sys
@@ -122,13 +123,17 @@ def test_ablations_still_patch_the_templates():
         sources = tool.sources(variant)
         assert set(sources) == {"baseline", *tool.ablations(variant)}
         assert len(set(sources.values())) == len(sources)  # every patch changed the source
-    # A gated ablation must patch the gated kernel, not the rescan kernel compiled beside it (one did,
-    # unnoticed, after the code it matched moved: session 6).
+    # A gated ablation must patch the gated kernel (or the shared headers it calls, as no_relu does),
+    # not the rescan kernel compiled beside it (one did, unnoticed, after the code it matched moved:
+    # session 6).
     sources = tool.sources(default_variant(32, 2048, gated=True))
-    gate_start = sources["baseline"].index("namespace gate {")
+    base = sources["baseline"].splitlines()
+    rescan_start, gate_start = base.index("namespace rescan {"), base.index("namespace gate {")
     for name, text in sources.items():
-        first_change = next((i for i, (a, b) in enumerate(zip(text, sources["baseline"])) if a != b), None)
-        assert name == "baseline" or first_change > gate_start, f"ablation {name} patches code before the gate kernel"
+        blocks = difflib.SequenceMatcher(None, base, text.splitlines(), autojunk=False).get_opcodes()
+        changed = [i for tag, i1, i2, _, _ in blocks if tag != "equal" for i in range(i1, max(i2, i1 + 1))]
+        assert changed and not any(rescan_start < i < gate_start for i in changed) or name == "baseline", \
+            f"ablation {name} patches the rescan kernel"
 
 
 def _sass_tool():
@@ -160,4 +165,7 @@ def test_sass_tool_finds_the_innermost_product_loops():
         /*0080*/                   BRA `(.L_x_3) ;
 """
     loops = tool.product_loops(listing)
-    assert loops == [("gate::fused_mqa_topk_gate_kernel", ["QGMMA.64x128x32.F32.E4M3.E4M3", "FFMA", "BRA"])]
+    assert loops == [("gate::fused_mqa_topk_gate_kernel", [("QGMMA.64x128x32.F32.E4M3.E4M3",
+                                                            "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24"),
+                                                           ("FFMA", "FFMA R4, R2, R5, R4"),
+                                                           ("BRA", "@!P0 BRA `(.L_x_2)")])]
