@@ -31,8 +31,9 @@ from generator.dense_variant import DenseVariant  # noqa: E402
 from generator.render import render  # noqa: E402
 
 # name -> ([(regex, replacement), ...], what it leaves out), per kind of kernel
-# The head sums with w |x| for w relu(x): one FFMA an element instead of FMNMX + FFMA (the instruction
-# count a relu-free epilogue would have, e.g. with the signed part sum w x on the tensor cores).
+# The head sums with w |x| for w relu(x): one FFMA an element instead of FMNMX + FFMA, i.e. what the
+# fmax costs (10-12% on an H200; buying it back with more product columns did not pay: BENCHMARKS.md,
+# session 7).
 NO_RELU = ([(r"fmaf\(w\[r\]\[j\]\[c & 1\], fmaxf\(a\[c\], 0\.f\), sum\[c >> 1\]\)",
              "fmaf(w[r][j][c & 1], fabsf(a[c]), sum[c >> 1])")],
            "the relu's fmax (w |x| summed instead: wrong scores, the time of one FFMA an element)")
