@@ -90,8 +90,8 @@ class Variant:
         if self.mma == "wgmma":
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)
-            # + per row: each math warp's count (gate) or count and theta (streaming); the block ids
-            state = select_scratch + (4 * self.warps if self.gated else 8) * self.rows + 4 * 2
+            # + per row: each math warp's count (gate) or the count (streaming); the block ids
+            state = select_scratch + (4 * self.warps if self.gated else 4) * self.rows + 4 * 2
             barriers = 8 * 2 * (2 + self.stages)
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE

@@ -2,12 +2,15 @@
 single- and multi-request chunks, large chunks (spot-checked rows), the public API's dispatch,
 torch.compile and CUDA graphs. Skipped, with the reason, where there is no suitable GPU."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from conftest import requires_gpu
 from generator import check
-from generator.space import AXES, default_variant, default_variants, kernel_kinds
+from generator.dense_variant import default_dense_variant
+from generator.space import AXES, default_variant, default_variants, kernel_kinds, rejection_reason
 from runtime import dense_mqa_topk, fused_mqa_topk
 from runtime.verify import verify_topk
 from runtime.workloads import FAMILIES, make_workload
@@ -120,3 +123,46 @@ def test_gate_serves_random_rows_and_rescans_what_it_cannot():
         assert (stats["rescan_blocks"] > 0) == expect_rescans, (family, stats)
         report = verify_topk(out, *wl.args())
         assert report.ok, f"{family}: {report.summary()}"
+
+
+def layout_variants(heads: int, rows: int) -> list:
+    """The gated, streaming and dense wgmma kernels at `rows` rows a block: the first valid shape of
+    each (the widest product columns rule out two pipelined slices)."""
+    out = []
+    for gated in (True, False):
+        base = default_variant(heads, 2048, gated=gated)
+        shapes = [(256, 8), (128, 8)] if gated else [(128, 8)]
+        valid = [v for kt, w in shapes
+                 if rejection_reason(v := dataclasses.replace(base, rows=rows, key_tile=kt, warps=w)) is None]
+        assert valid, f"no valid {'gated' if gated else 'streaming'} variant at {rows} rows x {heads} heads"
+        out.append(valid[0])
+    return out + [dataclasses.replace(default_dense_variant(heads, 2048), rows=rows)]
+
+
+# Rows a block with a valid wgmma N (64 or 128: 256 columns need more registers than a thread has).
+# The query tile's column order gives a lane whole rows at four rows a block, half a row at two, a
+# quarter at one (sm90::LaneTotals); the defaults and the tuned tables use four (H = 32) and two
+# (H = 64), so the others are checked here.
+LAYOUTS = [(h, r) for h in AXES["heads"] for r in AXES["rows"] if r * h in (64, 128)]
+
+
+@pytest.mark.parametrize("heads,rows", LAYOUTS, ids=lambda x: str(x))
+def test_every_rows_per_block_layout(heads, rows):
+    from runtime.fused import launch_variant
+
+    gated, streaming, dense = layout_variants(heads, rows)
+    # short_rows: range checks inside tiles; all_equal: every gated block rescanned by the streaming kernel.
+    for family in ("random", "short_rows", "all_equal"):
+        wl = make_workload(family, 96, 20_000, heads, 2048, seed=11, device="cuda")
+        for variant in (gated, streaming):
+            stats = {}
+            out = launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, 2048,
+                                 out=torch.full((wl.rows, 2048), check.POISON, dtype=torch.int32, device="cuda"),
+                                 stats=stats)
+            assert not (out == check.POISON).any(), f"{variant.name} {family}: elements left unwritten"
+            if variant is gated:
+                assert (stats["rescan_blocks"] > 0) == (family == "all_equal"), (variant.name, family, stats)
+            report = verify_topk(out, *wl.args())
+            assert report.ok, f"{variant.name} {family}: {report.summary()}"
+        report = verify_topk(dense_mqa_topk(*wl.args(), logits_budget_bytes=8 << 20, variant=dense), *wl.args())
+        assert report.ok, f"{dense.name} {family}: {report.summary()}"

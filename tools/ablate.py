@@ -34,14 +34,14 @@ from generator.render import render  # noqa: E402
 # The head sums with w |x| for w relu(x): one FFMA an element instead of FMNMX + FFMA, i.e. what the
 # fmax costs (10-12% on an H200; buying it back with more product columns did not pay: BENCHMARKS.md,
 # session 7).
-NO_RELU = ([(r"fmaf\(w\[r\]\[j\]\[c & 1\], fmaxf\(a\[c\], 0\.f\), sum\[c >> 1\]\)",
-             "fmaf(w[r][j][c & 1], fabsf(a[c]), sum[c >> 1])")],
+NO_RELU = ([(r"s = fmaf\(w\[j\]\[c & 1\], fmaxf\(acc\[4 \* j \+ c\], 0\.f\), s\);",
+             "s = fmaf(w[j][c & 1], fabsf(acc[4 * j + c]), s);")],
            "the relu's fmax (w |x| summed instead: wrong scores, the time of one FFMA an element)")
 DENSE_ABLATIONS = {
-    "no_head_sums": ([(r"sm90::head_sums<kRows, kHeads>\(acc\[s\], w, v\);",
-                       "for (int m = 0; m < sm90::owned_totals(kRows); ++m) v[m] = acc[s][m];")],
+    "no_head_sums": ([(r"sm90::row_sums<kRows, kHeads>\(acc\[s\], w, v\);",
+                       "for (int m = 0; m < Lane::kCount; ++m) v[m] = acc[s][m];")],
                      "the relu / weight / head-sum epilogue"),
-    "no_stores": ([(r"out_row\[m\]\[key\] = v\[m\] \* scale;", "if (key == -7) out_row[m][key] = v[m] * scale;")],
+    "no_stores": ([(r"(out_row\[Lane::row_slot\(m\)\]\[key\[Lane::key_slot\(m\)\]\] = )", r"if (key[0] == -7) \1")],
                   "the fp32 logits stores"),
     "no_mma": ([(r"(wgmma_m64n\d+k32_e4m3\(acc, keys_hi \| \(keys_lo \+ 2 \* k\), queries_hi \| \(queries_lo \+ 2 \* k\), k\);)",
                  r"if (k == 7) \1")],
@@ -55,7 +55,7 @@ GATED_ABLATIONS = {
     "no_relu": NO_RELU,
     "no_select": ([(r"(sel::write_top_k_rows<kMathThreads, kRows>\()", r"if (row0 < 0) \1")],
                   "the per-block selection from the slabs (no answers written)"),
-    "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[m\]\);", "!(score[m] < own_gate[m]) && own_gate[m] != own_gate[m];"),  # NaN: no gate yet (the sample)
+    "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[i\]\);", "!(score[m] < own_gate[i]) && own_gate[i] != own_gate[i];"),  # NaN: no gate yet (the sample)
                          (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
                         "the scan's slab appends (so the selection has nothing to select)"),
     # (one tile's scores repeated do not suit the gate: no block may take the rescan, or it is timed too)

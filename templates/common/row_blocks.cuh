@@ -51,7 +51,7 @@ __device__ __forceinline__ void produce_row_blocks(int* counter, const int* orde
         }
         const int row0 = block * kRows;
         sm90::mbar_arrive_expect_tx(&full_q[qs], kQTileBytes);
-        sm90::tma_load_2d(q_ring + qs * kQTileBytes, q_map, &full_q[qs], 0, row0 * kHeads);
+        sm90::tma_load_query_tile(q_ring + qs * kQTileBytes, q_map, &full_q[qs], row0);
         load_tiles(row0);
     }
 }

@@ -58,6 +58,15 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const CUtensorMap* m
         "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x), "r"(y)
         : "memory");
 }
+// Loads the query tile of rows row0 .. row0 + kRows - 1 through sm90_host::query_map (a 4-D view of
+// q whose box puts the columns in sm90::LaneTotals order); completion is counted on `bar`.
+__device__ __forceinline__ void tma_load_query_tile(void* smem_dst, const CUtensorMap* map, uint64_t* bar, int row0) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %3, %4, %3}], [%2];\n" ::"r"(
+            smem_addr(smem_dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(0), "r"(row0)
+        : "memory");
+}
 
 // ---- wgmma -------------------------------------------------------------------------------------
 // Shared-memory matrix descriptor for a K-major operand whose rows are 128 bytes (128 fp8 dims)

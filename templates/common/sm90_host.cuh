@@ -25,7 +25,7 @@ inline EncodeTiled encode_tiled() {
     return fn;
 }
 
-// A 2-D map over `rows` rows of 128 bytes (fp8 keys, or query heads) with the 128-byte swizzle the
+// A 2-D map over `rows` rows of 128 bytes (the fp8 keys) with the 128-byte swizzle the
 // wgmma descriptors expect; one box is box_rows rows (at most 256).
 inline bool rows_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t box_rows) {
     const cuuint64_t dims[2] = {128, rows};
@@ -33,6 +33,21 @@ inline bool rows_map(CUtensorMap* map, const void* base, uint64_t rows, uint32_t
     const cuuint32_t box[2] = {128, box_rows};
     const cuuint32_t elem[2] = {1, 1};
     return encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The queries q [rows, heads, 128] as a 4-D map whose box is one row block's query tile with its
+// (row, head) rows in sm90::LaneTotals order: dims (byte, head & 1, row, head / 2), so box
+// (128, 2, box_rows, heads / 2) lands the row of (row r, head h) at 2 (box_rows (h / 2) + r) + (h & 1).
+// The strides need not grow with the dimension (TMA takes any multiples of 16 bytes); rows past the
+// end are zero-filled like any out-of-range box.
+inline bool query_map(CUtensorMap* map, const void* q, uint64_t rows, uint32_t heads, uint32_t box_rows) {
+    const cuuint64_t dims[4] = {128, 2, rows, heads / 2};
+    const cuuint64_t strides[3] = {128, uint64_t(heads) * 128, 256};
+    const cuuint32_t box[4] = {128, 2, box_rows, heads / 2};
+    const cuuint32_t elem[4] = {1, 1, 1, 1};
+    return encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(q), dims, strides, box, elem,
                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -48,16 +63,16 @@ inline bool scales_map(CUtensorMap* map, const float* base, uint64_t keys, uint3
                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The three maps every Hopper kernel here reads through: the queries (q [rows x heads, 128], box
-// q_box_rows (row, head) rows), the keys (k [keys, 128], box key_tile keys) and their scales.
+// The three maps every Hopper kernel here reads through: the queries (query_map, box block_rows
+// rows), the keys (k [keys, 128], box key_tile keys) and their scales.
 struct OperandMaps {
     CUtensorMap q, k, scales;
 };
-inline cudaError_t operand_maps(OperandMaps* m, const void* q, const void* k, const float* k_scale, uint64_t q_rows,
-                                uint32_t q_box_rows, int keys, uint32_t key_tile) {
+inline cudaError_t operand_maps(OperandMaps* m, const void* q, const void* k, const float* k_scale, int rows, int heads,
+                                int block_rows, int keys, uint32_t key_tile) {
     if (encode_tiled() == nullptr) return cudaErrorNotSupported;
     const uint64_t n = uint64_t(keys > 0 ? keys : 1);  // callers launch nothing for 0 keys; a map needs 1
-    return rows_map(&m->q, q, q_rows, q_box_rows) && rows_map(&m->k, k, n, key_tile) &&
+    return query_map(&m->q, q, uint64_t(rows), uint32_t(heads), uint32_t(block_rows)) && rows_map(&m->k, k, n, key_tile) &&
                    scales_map(&m->scales, k_scale, n, key_tile)
                ? cudaSuccess
                : cudaErrorInvalidValue;
