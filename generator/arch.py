@@ -31,8 +31,9 @@ MIN_PRODUCER_REGISTERS = 40
 
 def wgmma_math_registers(threads: int, math_threads: int) -> int:
     """Registers a math thread of a wgmma kernel gets after setmaxnreg (sm90.cuh's math_registers):
-    the launch allocation (threads x 65536/threads, rounded down to 8) less the producer's share."""
-    launch = min(248, 65536 // threads // 8 * 8)
+    the launch allocation (threads x 65536/threads, rounded down to 8, at most 240) less the producer's
+    share."""
+    launch = min(240, 65536 // threads // 8 * 8)
     return min(240, (launch * threads - 128 * MIN_PRODUCER_REGISTERS) // math_threads // 8 * 8)
 
 

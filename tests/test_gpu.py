@@ -166,3 +166,18 @@ def test_every_rows_per_block_layout(heads, rows):
             assert report.ok, f"{variant.name} {family}: {report.summary()}"
         report = verify_topk(dense_mqa_topk(*wl.args(), logits_budget_bytes=8 << 20, variant=dense), *wl.args())
         assert report.ok, f"{dense.name} {family}: {report.summary()}"
+
+
+def test_one_math_warpgroup_launches():
+    """A gated kernel of one math warpgroup (256 threads): ptxas allocates it only the largest
+    setmaxnreg count, and a launcher expecting more refused every launch (session 8)."""
+    from runtime.fused import launch_variant
+
+    variant = dataclasses.replace(default_variant(32, 2048, gated=True), key_tile=128, warps=4, stages=3)
+    assert rejection_reason(variant) is None, rejection_reason(variant)
+    wl = make_workload("random", 256, 30_000, 32, 2048, seed=13, device="cuda")
+    out = launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, 2048,
+                         out=torch.full((wl.rows, 2048), check.POISON, dtype=torch.int32, device="cuda"))
+    assert not (out == check.POISON).any(), "elements left unwritten"
+    report = verify_topk(out, *wl.args())
+    assert report.ok, report.summary()

@@ -138,12 +138,14 @@ __device__ __forceinline__ uint8_t* aligned_shared_base(uint8_t* smem_raw) {
 // ---- registers, barriers, warps ----------------------------------------------------------------
 // setmaxnreg moves registers between warpgroups inside the CTA's launch allocation: threads x the
 // per-thread count ptxas gives under __launch_bounds__(threads, 1), i.e. 65536 / threads rounded
-// down to 8. Asking for more than the producer frees would block forever, so the math warpgroups'
-// count is derived from that pool (and launchers check the compiled count: sm90_host.cuh): all it
-// can take (at most 240) with the producer warpgroup at kMinProducerRegisters (at 32 its TMA address
-// math spilled). The producer also gets what the math count's rounding to 8 leaves over, up to 56.
+// down to 8, but at most 240: with one math warpgroup (256 threads) ptxas allocates only the largest
+// setmaxnreg count, 240, and a launcher expecting 248 refused every launch. Asking for more than the
+// producer frees would block forever, so the math warpgroups' count is derived from that pool (and
+// launchers check the compiled count: sm90_host.cuh): all it can take (at most 240) with the producer
+// warpgroup at kMinProducerRegisters (at 32 its TMA address math spilled). The producer also gets
+// what the math count's rounding to 8 leaves over, up to 56.
 constexpr int kMinProducerRegisters = 40;
-constexpr int launch_registers(int threads) { return (65536 / threads) / 8 * 8 > 248 ? 248 : (65536 / threads) / 8 * 8; }
+constexpr int launch_registers(int threads) { return (65536 / threads) / 8 * 8 > 240 ? 240 : (65536 / threads) / 8 * 8; }
 constexpr int math_registers(int threads, int math_threads) {
     return ((launch_registers(threads) * threads - 128 * kMinProducerRegisters) / math_threads) / 8 * 8 > 240
                ? 240
