@@ -35,7 +35,7 @@ TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_ti
 NEIGHBOR_AXES = ("sample_tiles", "stages", "buffer", "key_tile", "warps", "rows", "mma")
 # (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context. The
 # runtime takes the nearest bucket on a log scale, so a table needs both sides of every crossover:
-# fused/dense (on an H200 fused now wins from 32K keys up, by 1.09x to 2.03x) and between variants
+# fused/dense (on an H200 fused now wins from 32K keys up, by 1.02x to 2.14x) and between variants
 # (three gated warpgroups win at 128K keys, two of two slices at 512K: BENCHMARKS.md, session 6).
 # A full 16K-row chunk at 32K keys has its own bucket: it is as far from 4K x 32K as from 16K x 128K.
 DEFAULT_SHAPES = ((4096, 32_768), (16_384, 32_768), (16_384, 131_072), (16_384, 262_144), (16_384, 524_288),
