@@ -48,8 +48,12 @@ def cmd_build(args) -> int:
         variants += shipped_variants() + shipped_dense_variants()
     if args.all:
         variants += [v for v, reason in enumerate_space(**_fixed_axes(args)) if reason is None]
+    if args.candidates:
+        from .tune import likely_candidates
+
+        variants += likely_candidates(args.arch or "sm90a")
     if not variants:
-        print("nothing to build: name variants, or pass --shipped or --all", file=sys.stderr)
+        print("nothing to build: name variants, or pass --shipped, --candidates or --all", file=sys.stderr)
         return 2
     variants = sorted(set(variants), key=lambda v: v.name)
     plans = build(variants, jobs=args.jobs)
@@ -112,6 +116,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*")
     p.add_argument("--shipped", action="store_true", help="every variant the tuned tables and defaults name")
     p.add_argument("--all", action="store_true", help="every valid point (narrow with --heads/--top-k/--arch)")
+    p.add_argument("--candidates", action="store_true",
+                   help="what a tuning study likely measures first (starting points, table choices, their "
+                        "neighbours): build before `tune` on a machine with few cores")
     p.add_argument("-j", "--jobs", type=int)
     axes(p)
     p.set_defaults(fn=cmd_build)

@@ -300,6 +300,24 @@ class GpuMeasurer:
         return median_ms(lambda: launch_variant(*args, out=out), warmup=1, reps=7)
 
 
+def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
+    """What a default study is likely to measure before optuna's sampler starts, for every heads and
+    top_k: the starting points, the tables' current choices and those choices' one-axis neighbours.
+    `generator build --candidates` compiles them ahead, so a tuning run on the GPU measures instead of
+    waiting for nvcc (session 8 prebuilt 249 on a 2-core machine in about 25 minutes)."""
+    paths = sorted(table_dir().glob("*.json")) if tables is None else tables
+    chosen = {Variant.from_name(e.variant) for path in paths for e in load_table(path) or []}
+    out: set[Variant] = set()
+    for h in AXES["heads"]:
+        for k in AXES["top_k"]:
+            out.update(starting_points(h, k, arch))
+            for v in chosen:
+                if (v.arch, v.heads, v.top_k) == (arch, h, k):
+                    out.add(v)
+                    out.update(neighbors(v, NEIGHBOR_AXES))
+    return sorted(out, key=lambda v: v.name)
+
+
 def default_buckets(heads=None, top_k=None, shapes=DEFAULT_SHAPES) -> list[Bucket]:
     return [Bucket(h, k, m, n) for h in (heads or AXES["heads"]) for k in (top_k or AXES["top_k"]) for m, n in shapes]
 

@@ -1,6 +1,7 @@
 """The tuner's bookkeeping, with a fake measurer standing in for the GPU."""
 
 import json
+from dataclasses import replace
 import subprocess
 import sys
 from pathlib import Path
@@ -8,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from generator.space import default_variant, default_variants, neighbors, rejection_reason, starting_points
-from generator.tune import (NEIGHBOR_AXES, TUNED_AXES, Bucket, VerificationError, merge_entries, refresh, run,
-                            tunable_choices, tune_bucket)
+from generator.tune import (NEIGHBOR_AXES, TUNED_AXES, Bucket, VerificationError, likely_candidates, merge_entries,
+                            refresh, run, tunable_choices, tune_bucket)
 from generator.variant import Variant
 from runtime.table import Entry, load_table
 
@@ -144,6 +145,28 @@ def test_a_retune_measures_the_tables_choice_second(tmp_path):
     run([bucket], m, "Fake GPU", "sm90a", trials=2, out_dir=tmp_path, log=lambda s: None)
     assert m.fused_calls == [default_variant(32, 1024).name, incumbent.name]
     assert entry.variant == default_variant(32, 1024).name
+
+
+def test_prebuilt_candidates_cover_what_a_study_measures_first(tmp_path):
+    """`generator build --candidates`: the starting points, the tables' choices and their neighbours,
+    for every heads and top_k, all valid, for the asked arch only."""
+    from runtime.table import save_table, table_path
+
+    chosen = replace(default_variant(32, 1024), stages=2, sample_tiles=16)
+    other_arch = default_variant(64, 512, arch="sm89")
+    path = table_path("Fake GPU", tmp_path)
+    save_table(path, "Fake GPU", [Entry(32, 1024, 16384, 131072, chosen.name, 9.0, 12.0),
+                                  Entry(64, 512, 16384, 131072, other_arch.name, 9.0, 12.0)], {"arch": "sm90a"})
+    got = set(likely_candidates("sm90a", [path]))
+    assert all(v.arch == "sm90a" and rejection_reason(v) is None for v in got)
+    for h in (32, 64):
+        for k in (512, 1024, 2048):
+            assert set(starting_points(h, k, "sm90a")) <= got
+    assert chosen in got and set(neighbors(chosen, NEIGHBOR_AXES)) <= got
+    assert other_arch not in got
+    # nothing beyond those: without a table only the starting points
+    assert set(likely_candidates("sm90a", [])) == {v for h in (32, 64) for k in (512, 1024, 2048)
+                                                     for v in starting_points(h, k, "sm90a")}
 
 
 def test_time_budget_stops_between_buckets(tmp_path):
