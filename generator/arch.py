@@ -25,16 +25,18 @@ ARCHS: dict[str, Arch] = {
 
 
 # Registers the producer warpgroup of a wgmma kernel keeps at least (templates/common/sm90.cuh:
-# kMinProducerRegisters): its TMA address math spilled at 32.
+# kMinProducerRegisters): its TMA address math spilled at 32. Gated variants whose producer warpgroup
+# also selects (select_warps > 0) keep SELECTOR_REGISTERS (the template's kSelectorRegisters).
 MIN_PRODUCER_REGISTERS = 40
+SELECTOR_REGISTERS = 56
 
 
-def wgmma_math_registers(threads: int, math_threads: int) -> int:
+def wgmma_math_registers(threads: int, math_threads: int, producer_min: int = MIN_PRODUCER_REGISTERS) -> int:
     """Registers a math thread of a wgmma kernel gets after setmaxnreg (sm90.cuh's math_registers):
-    the launch allocation (threads x 65536/threads, rounded down to 8, at most 240) less the producer's
-    share."""
+    the launch allocation (threads x 65536/threads, rounded down to 8, at most 240) less the producer
+    warpgroup's share (at least producer_min)."""
     launch = min(240, 65536 // threads // 8 * 8)
-    return min(240, (launch * threads - 128 * MIN_PRODUCER_REGISTERS) // math_threads // 8 * 8)
+    return min(240, (launch * threads - 128 * producer_min) // math_threads // 8 * 8)
 
 
 def arch_for_capability(major: int, minor: int) -> Arch | None:

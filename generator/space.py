@@ -25,6 +25,7 @@ AXES: dict[str, tuple] = {
     "stages": (2, 3, 4),
     "buffer": BUFFERS + (16384,),
     "sample_tiles": (0, 8, 16, 32),
+    "select_warps": (0, 3),
 }
 
 MAX_REGISTERS_PER_THREAD = 232  # 255 minus headroom: the estimate is coarse
@@ -49,6 +50,8 @@ def rejection_reason(v: Variant) -> str | None:
             return f"wgmma N = rows x heads = {v.rows * v.heads} must be a multiple of 64, at most 256"
     elif v.key_tile % (16 * v.warps):
         return f"key_tile {v.key_tile} does not split into 16-key mma tiles over {v.warps} warps"
+    if v.select_warps and not v.gated:
+        return "selector warps (select_warps > 0) serve the sampled gate's slabs only"
     if v.gated:
         if v.mma != "wgmma":
             return "the sampled gate (sample_tiles > 0) runs on the wgmma core only"
@@ -56,8 +59,6 @@ def rejection_reason(v: Variant) -> str | None:
             return f"a sample of {v.sample_tiles} tiles x {v.key_tile} keys does not fit a {v.buffer}-entry slab"
         if v.buffer < 2 * v.top_k:
             return f"slab of {v.buffer} < 2 x top_k: no room for the candidates a gate aims for"
-        if v.rows > v.warps:
-            return f"{v.rows} rows > {v.warps} math warps: the selection scans one row per warp"
         rescan_reason = rejection_reason(v.rescan_variant)
         if rescan_reason:
             return f"its rescan variant {v.rescan_variant.name} is invalid: {rescan_reason}"
@@ -100,11 +101,13 @@ def kernel_kinds(arch: str = "sm90a") -> list[tuple[str, bool]]:
 def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant]:
     """The points a tuning study measures before it searches: the arch's default (its fastest kind),
     shapes of that kind that won buckets where the default did not, then the other kinds' defaults.
-    The one such shape so far: the gated kernel with two math warpgroups of two 64-key slices each
-    (232 registers a thread; on an H200 it won every bucket from 256K keys up, by about 3% at 512K,
-    and lost by about 3% at 128K: BENCHMARKS.md, session 6)."""
+    Such shapes so far: the gated kernel with two math warpgroups of two 64-key slices each (232
+    registers a thread; on an H200 it won every bucket from 256K keys up, by about 3% at 512K, and
+    lost by about 3% at 128K: BENCHMARKS.md, session 6), and that shape with selector warps (each
+    block's answers selected beside the next block's scan; it won at 128K keys and lost 2.5x at 32K,
+    where the three selector warps cannot keep up with the scan: session 9)."""
     first = default_variant(heads, top_k, arch)
-    shapes = [replace(first, key_tile=256, warps=8)] if first.gated else []
+    shapes = [replace(first, key_tile=256, warps=8), replace(first, key_tile=256, warps=8, select_warps=3)] if first.gated else []
     points = [first, *shapes, *(d for d in default_variants(heads, top_k, arch) if d != first)]
     return [v for v in points if rejection_reason(v) is None]
 

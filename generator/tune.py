@@ -29,10 +29,11 @@ from .arch import arch_for_capability
 from .space import AXES, enumerate_space, neighbors, rejection_reason, starting_points
 from .variant import Variant
 
-TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles")
-# The order a study walks the best point's neighbours in (space.neighbors): the axes that moved the
-# gated kernel's time most cheaply first.
-NEIGHBOR_AXES = ("sample_tiles", "stages", "buffer", "key_tile", "warps", "rows", "mma")
+TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles", "select_warps")
+# The order a study walks the best point's neighbours in (space.neighbors): who selects first (the
+# largest single difference at short contexts), then the axes that moved the gated kernel's time
+# most cheaply.
+NEIGHBOR_AXES = ("select_warps", "sample_tiles", "stages", "buffer", "key_tile", "warps", "rows", "mma")
 # (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context. The
 # runtime takes the nearest bucket on a log scale, so a table needs both sides of every crossover:
 # fused/dense (on an H200 fused now wins from 32K keys up, by 1.02x to 2.14x) and between variants

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, fields, replace
 
-from .arch import wgmma_math_registers
+from .arch import SELECTOR_REGISTERS, wgmma_math_registers
 
 DIM = 128  # fp8 bytes per key and per query head: fixed by the models this serves
 SMEM_KEY_STRIDE = DIM + 16  # padded shared-memory row of one key (see the kernel template)
@@ -30,19 +30,25 @@ class Variant:
     # gate (wgmma only): up to n key tiles sampled per row block set each row's threshold, candidates go
     # to a slab in the workspace, and blocks the gate cannot serve are redone by the streaming kernel.
     sample_tiles: int = 0
+    # Gated only: who selects each block's answers from its slab. 0 = the math warps, after the block's
+    # scan; 3 = the producer warpgroup's three spare warps, while the math warps scan the next block
+    # (two slabs per CTA; the producer warpgroup keeps SELECTOR_REGISTERS, the math warps get the rest).
+    select_warps: int = 0
 
     _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2", "wgmma": "fused_mqa_topk_wgmma.cu.j2"}
     _GATE_TEMPLATE = "fused_mqa_topk_gate_wgmma.cu.j2"
     # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096,
-    # and gated variants end in _m<sample_tiles>: mqa_topk_wgmma_sm90a_h32_k2048_r4_t192_w12_s4_b16384_m32
+    # gated variants end in _m<sample_tiles>: mqa_topk_wgmma_sm90a_h32_k2048_r4_t192_w12_s4_b16384_m32, and
+    # those with selector warps in _sw<select_warps>: ..._b16384_m32_sw3
     _PATTERN = re.compile(
         r"^mqa_topk_(?P<mma>[a-z]+)_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)"
-        r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_m(?P<sample_tiles>[1-9]\d*))?$"
+        r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_m(?P<sample_tiles>[1-9]\d*))?(?:_sw(?P<select_warps>[1-9]\d*))?$"
     )
 
     @property
     def name(self) -> str:
         gate = f"_m{self.sample_tiles}" if self.gated else ""
+        gate += f"_sw{self.select_warps}" if self.select_warps else ""
         return (
             f"mqa_topk_{self.mma}_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}"
             f"_t{self.key_tile}_w{self.warps}_s{self.stages}_b{self.buffer}{gate}"
@@ -61,7 +67,8 @@ class Variant:
     def rescan_variant(self) -> Variant:
         """A gated variant's exact fallback, compiled into the same library: the streaming kernel on the
         same row blocks (same rows), two math warpgroups and the smallest buffer that fits."""
-        return replace(self, key_tile=128, warps=8, stages=4, buffer=smallest_wgmma_buffer(self.top_k), sample_tiles=0)
+        return replace(self, key_tile=128, warps=8, stages=4, buffer=smallest_wgmma_buffer(self.top_k), sample_tiles=0,
+                       select_warps=0)
 
     @classmethod
     def from_name(cls, name: str) -> Variant:
@@ -87,12 +94,18 @@ class Variant:
         """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
         candidates = 0 if self.gated else 2 * self.rows * self.buffer * 4
         select_scratch = (256 * 4 + 4 * 4) * (self.rows if self.gated else 1)
+        if self.gated:  # + sel::BinnedScratch: distance histogram, six ints and 256 gathered (code, key) a row
+            select_scratch += (33 * 32 * 4 + 6 * 4 + 256 * 8) * self.rows
         if self.mma == "wgmma":
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)
-            # + per row: each math warp's count (gate) or the count (streaming); the block ids
-            state = select_scratch + (4 * self.warps if self.gated else 4) * self.rows + 4 * 2
-            barriers = 8 * 2 * (2 + self.stages)
+            # + per row: each math warp's count (gate; a set per slab) or the count (streaming); the
+            # block ids; with selector warps their scratch and the two handed-over blocks (row, served)
+            slabs = 2 if self.select_warps else 1
+            state = select_scratch + (4 * self.warps * slabs if self.gated else 4) * self.rows + 4 * 2
+            if self.select_warps:  # their scratch; per slab the block's row, served flag and gates
+                state += select_scratch + 2 * (2 + self.rows) * 4
+            barriers = 8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0))
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
         scale_ring = self.stages * self.key_tile * 4
@@ -104,6 +117,8 @@ class Variant:
         math warpgroups out of the launch allocation (the template's kMathRegisters)."""
         if self.mma != "wgmma":
             return 255
+        if self.select_warps:
+            return wgmma_math_registers(self.threads, self.math_threads, SELECTOR_REGISTERS)
         return wgmma_math_registers(self.threads, self.math_threads)
 
     @property

@@ -18,6 +18,11 @@ from runtime.workloads import FAMILIES, make_workload
 pytestmark = requires_gpu
 
 DEFAULTS = [v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k)]
+# The gated defaults with selector warps (each block's answers selected beside the next block's scan),
+# and the two-warpgroup shape that tuned tables pick from 256K keys up.
+WITH_SELECTORS = [dataclasses.replace(v, select_warps=3) for v in DEFAULTS if v.gated] + [
+    dataclasses.replace(v, key_tile=256, warps=8, stages=3, sample_tiles=16, select_warps=3)
+    for v in DEFAULTS if v.gated and v.top_k == 2048]
 KINDS = kernel_kinds("sm90a")
 
 
@@ -32,7 +37,7 @@ def sampled_rows(rows, n, seed=0):
     return sorted(set(torch.randint(0, rows, (n,), generator=g).tolist()) | {0, rows - 1})
 
 
-@pytest.mark.parametrize("variant", DEFAULTS, ids=lambda v: v.name)
+@pytest.mark.parametrize("variant", DEFAULTS + WITH_SELECTORS, ids=lambda v: v.name)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fused_matches_reference_on_every_family(variant, family):
     wl = make_workload(family, 320, max(9000, 4 * variant.top_k), variant.heads, variant.top_k, seed=31, device="cuda")
@@ -48,7 +53,7 @@ def test_fused_on_a_full_chunk_at_a_million_keys(variant):
     assert report.ok, report.summary()
 
 
-@pytest.mark.parametrize("variant", [v for v in DEFAULTS if v.top_k == 2048 or v.heads == 64 and v.top_k == 512],
+@pytest.mark.parametrize("variant", [v for v in DEFAULTS + WITH_SELECTORS if v.top_k == 2048 or v.heads == 64 and v.top_k == 512],
                          ids=lambda v: v.name)
 def test_fused_on_a_multi_request_chunk(variant):
     wl = make_workload("multi_request", 4096, 300_000, variant.heads, variant.top_k, seed=8, device="cuda")
@@ -107,12 +112,13 @@ def test_cuda_graph_replays_on_new_data(mma, gated):
     assert verify_topk(out, *b.args()).ok
 
 
-def test_gate_serves_random_rows_and_rescans_what_it_cannot():
+@pytest.mark.parametrize("select_warps", AXES["select_warps"])
+def test_gate_serves_random_rows_and_rescans_what_it_cannot(select_warps):
     """Random rows pass the gate (no rescans); all-equal scores overflow every slab, so every block is
     redone by the exact streaming kernel, and both answers are exact."""
     from runtime.fused import launch_variant
 
-    variant = default_variant(32, 2048, gated=True)
+    variant = dataclasses.replace(default_variant(32, 2048, gated=True), select_warps=select_warps)
     for family, expect_rescans in (("random", False), ("all_equal", True), ("increasing", False)):
         wl = make_workload(family, 640, 60_000, 32, 2048, seed=3, device="cuda")
         stats = {}
@@ -126,8 +132,8 @@ def test_gate_serves_random_rows_and_rescans_what_it_cannot():
 
 
 def layout_variants(heads: int, rows: int) -> list:
-    """The gated, streaming and dense wgmma kernels at `rows` rows a block: the first valid shape of
-    each (the widest product columns rule out two pipelined slices)."""
+    """The gated (without and with selector warps), streaming and dense wgmma kernels at `rows` rows a
+    block: the first valid shape of each (the widest product columns rule out two pipelined slices)."""
     out = []
     for gated in (True, False):
         base = default_variant(heads, 2048, gated=gated)
@@ -136,7 +142,8 @@ def layout_variants(heads: int, rows: int) -> list:
                  if rejection_reason(v := dataclasses.replace(base, rows=rows, key_tile=kt, warps=w)) is None]
         assert valid, f"no valid {'gated' if gated else 'streaming'} variant at {rows} rows x {heads} heads"
         out.append(valid[0])
-    return out + [dataclasses.replace(default_dense_variant(heads, 2048), rows=rows)]
+    return [out[0], dataclasses.replace(out[0], select_warps=3), out[1],
+            dataclasses.replace(default_dense_variant(heads, 2048), rows=rows)]
 
 
 # Rows a block with a valid wgmma N (64 or 128: 256 columns need more registers than a thread has).
@@ -150,17 +157,17 @@ LAYOUTS = [(h, r) for h in AXES["heads"] for r in AXES["rows"] if r * h in (64, 
 def test_every_rows_per_block_layout(heads, rows):
     from runtime.fused import launch_variant
 
-    gated, streaming, dense = layout_variants(heads, rows)
+    gated, selecting, streaming, dense = layout_variants(heads, rows)
     # short_rows: range checks inside tiles; all_equal: every gated block rescanned by the streaming kernel.
     for family in ("random", "short_rows", "all_equal"):
         wl = make_workload(family, 97, 20_000, heads, 2048, seed=11, device="cuda")  # a partial last block
-        for variant in (gated, streaming):
+        for variant in (gated, selecting, streaming):
             stats = {}
             out = launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, 2048,
                                  out=torch.full((wl.rows, 2048), check.POISON, dtype=torch.int32, device="cuda"),
                                  stats=stats)
             assert not (out == check.POISON).any(), f"{variant.name} {family}: elements left unwritten"
-            if variant is gated:
+            if variant.gated:
                 assert (stats["rescan_blocks"] > 0) == (family == "all_equal"), (variant.name, family, stats)
             report = verify_topk(out, *wl.args())
             assert report.ok, f"{variant.name} {family}: {report.summary()}"

@@ -52,7 +52,7 @@ def test_a_study_finds_the_best_verified_variant():
     # the known-good defaults go first, the arch's own default first of all
     defaults = default_variants(32, 1024)
     assert m.fused_calls[0] == default_variant(32, 1024).name
-    assert set(m.fused_calls[:4]) >= {v.name for v in defaults}
+    assert set(m.fused_calls[:len(starting_points(32, 1024))]) >= {v.name for v in defaults}
     assert len(m.fused_calls) == len(set(m.fused_calls))  # each variant measured once
     assert set(m.fused_calls) <= {v.name for v in built}  # built before measured
     assert r.best is not None and not (r.best.stages == 2 and r.best.warps == 4)
@@ -117,7 +117,7 @@ def test_neighbors_differ_in_one_axis_and_are_valid():
         assert rejection_reason(w) is None
         assert sum(getattr(w, a) != getattr(v, a) for a in TUNED_AXES) == 1
     assert {w.sample_tiles for w in near} >= {8, 16} and {w.stages for w in near} >= {2, 3}
-    assert near[0].sample_tiles != v.sample_tiles  # in NEIGHBOR_AXES order
+    assert [getattr(w, NEIGHBOR_AXES[0]) != getattr(v, NEIGHBOR_AXES[0]) for w in near[:2]] == [True, False]  # in NEIGHBOR_AXES order
 
 
 def test_after_the_starting_points_a_study_walks_the_best_points_neighbors():

@@ -18,6 +18,8 @@ def test_name_encodes_every_parameter():
     streaming = default_variant(64, 1024, mma="wgmma", gated=False)
     assert not streaming.gated and "_m" not in streaming.name  # streaming names are unchanged by the gate axis
     assert default_variant(64, 1024, mma="wgmma", gated=True).name.endswith("_m32")
+    selecting = Variant.from_name(default_variant(64, 1024, mma="wgmma", gated=True).name + "_sw3")
+    assert selecting.select_warps == 3 and selecting.name.endswith("_m32_sw3")
 
 
 @pytest.mark.parametrize("bad", ["", "mqa_topk_mmasync_sm90a_h32", "mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096_x"])
@@ -83,6 +85,8 @@ def _with(**changes):
     (dict(mma="wgmma", key_tile=192, warps=12, rows=4, heads=64, buffer=16384, sample_tiles=16), "registers a thread"),
     (dict(mma="wgmma", key_tile=192, warps=12, rows=4, top_k=512, buffer=2048, sample_tiles=16), "does not fit a 2048-entry slab"),
     (dict(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=3072, sample_tiles=8), "< 2 x top_k"),
+    (dict(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=16384, sample_tiles=16, select_warps=3), None),
+    (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=3072, select_warps=3), "selector warps .* gate's slabs only"),
 ])
 def test_rejection_reasons(changes, reason):
     got = rejection_reason(_with(**changes))
@@ -92,6 +96,15 @@ def test_rejection_reasons(changes, reason):
         assert got is not None
         import re
         assert re.search(reason, got), got
+
+
+def test_selector_warps_take_registers_only_where_the_math_warps_have_them_to_give():
+    """Selector warps keep 56 registers in the producer warpgroup: with three math warpgroups it has
+    them anyway (the split's rounding), with two the math warps go from 232 to 224."""
+    three = _with(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=16384, sample_tiles=16)
+    two = _with(mma="wgmma", key_tile=256, warps=8, rows=4, buffer=16384, sample_tiles=16)
+    for v, before, after in ((three, 152, 152), (two, 232, 224)):
+        assert (v.registers_available(), _with(**{**v.params(), "select_warps": 3}).registers_available()) == (before, after)
 
 
 def test_rejected_points_are_listed_with_reasons():

@@ -53,7 +53,7 @@ DENSE_ABLATIONS = {
 }
 GATED_ABLATIONS = {
     "no_relu": NO_RELU,
-    "no_select": ([(r"(sel::write_top_k_rows<kMathThreads, kRows>\()", r"if (row0 < 0) \1")],
+    "no_select": ([(r"(sel::write_top_k_rows_binned<kGroupThreads, kRows, kGather>\()", r"if (row0 < 0) \1")],
                   "the per-block selection from the slabs (no answers written)"),
     "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[i\]\);", "!(score[m] < own_gate[i]) && own_gate[i] != own_gate[i];"),  # NaN: no gate yet (the sample)
                          (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
@@ -61,7 +61,7 @@ GATED_ABLATIONS = {
     # (one tile's scores repeated do not suit the gate: no block may take the rescan, or it is timed too)
     "one_key_tile": ([(r"load_tile\(sample_tile\(range\.x, tiles, samples, i\)\);", "load_tile(range.x);"),
                       (r"tile \+= kKeyTile\) load_tile\(tile\);", "tile += kKeyTile) load_tile(range.x);"),
-                      (r"served &= st\.filled\[r \* kMathWarps \+ w\] <= kSegment;", "served &= true;"),
+                      (r"served &= filled\[r \* kMathWarps \+ w\] <= kSegment;", "served &= true;"),
                       (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
                      "streaming K from L2 / HBM (every tile of a block, sample included, reloads its first)"),
 }

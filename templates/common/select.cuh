@@ -5,17 +5,22 @@
 // top k are every code above it plus as many codes equal to it as the rank needs (which of several
 // equal boundary keys is kept is arbitrary, as the contract allows).
 //
-// Barrier discipline: call with every thread of the group (threads 0 .. kThreads-1; `Sync` is its
-// barrier: the whole CTA by default, or a named barrier when a producer warp runs apart), after a
-// barrier that published the list; every function returns after a barrier, so the caller may reuse
-// the list and the scratch at once.
+// Barrier discipline: call with every thread of the group (threads Sync::kFirstThread .. + kThreads-1,
+// whole warps; `Sync` is its barrier: the whole CTA by default, or a named barrier when a producer warp
+// runs apart or spare warps select beside the math warps), after a barrier that published the list;
+// every function returns after a barrier, so the caller may reuse the list and the scratch at once.
 #pragma once
 
 namespace sel {
 
 struct CtaSync {
+    static constexpr int kFirstThread = 0;
     __device__ __forceinline__ void operator()() const { __syncthreads(); }
 };
+
+// This thread's index in the group that Sync synchronises.
+template <typename Sync>
+__device__ __forceinline__ int group_thread() { return int(threadIdx.x) - Sync::kFirstThread; }
 
 // Scratch for selecting in kRows lists at once (one histogram each); Scratch is the one-list case.
 template <int kRows>
@@ -129,15 +134,65 @@ struct WarpSegments {
     }
 };
 
+// The same per-warp segments read by a group of kReaders warps that did not write them (threads
+// kFirstThread ..): reader warp j walks segments j, j + kReaders, ... of a list, kBatch loads of 32
+// entries in flight a round (each load past the end of a segment moves on to the next one). No codes
+// are kept in registers and every pass reads the list again (from L2: it was just written): the
+// readers are the producer warpgroup's spare warps, which select one block's rows while the math
+// warpgroups scan the next, with few registers and time to spare.
+template <int kWriters, int kReaders, int kRows, int kSegment, int kBatch, int kFirstThread>
+struct StripedSegments {
+    const uint2* items;
+    int row_stride;
+    const int* filled;  // [kRows][kWriters], shared memory, published before the readers start
+
+    template <typename F>
+    __device__ __forceinline__ void for_each(int r, F f) const {
+        walk<false>(r, [&](uint2 c, bool live) { f(c.x, live); });
+    }
+    template <typename F>
+    __device__ __forceinline__ void for_each_keyed(int r, uint32_t, F f) const {
+        walk<true>(r, f);
+    }
+
+  private:
+    template <bool kKeys, typename F>
+    __device__ __forceinline__ void walk(int r, F f) const {
+        const int lane = threadIdx.x & 31;
+        int w = (int(threadIdx.x) - kFirstThread) / 32;  // the cursor: segment w, entries i.. (warp-uniform)
+        int i = 0;
+        int n = min(filled[r * kWriters + w], kSegment);
+#pragma unroll 1
+        while (w < kWriters) {
+            uint2 c[kBatch];
+            bool live[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                live[u] = w < kWriters && i + lane < n;
+                const uint2* entry = items + size_t(r) * row_stride + w * kSegment + i + lane;
+                c[u].x = live[u] ? prim::score_code(__uint_as_float(entry->x)) : 0u;
+                c[u].y = kKeys && live[u] ? entry->y : 0u;
+                i += 32;
+                if (i >= n) {
+                    w += kReaders;
+                    i = 0;
+                    n = w < kWriters ? min(filled[r * kWriters + w], kSegment) : 0;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) f(c[u], live[u]);
+        }
+    }
+};
+
 // For each list r of `lists` with rank[r] >= 1 (at most its length): kth[r] = its rank[r]-th largest
 // code, and take_equal[r] = how many codes equal to it belong to its top rank[r]. Lists with rank[r]
-// == 0 are skipped (kth 0, take_equal all). One set of four passes serves every list: warp r scans
-// list r's histogram, so kRows <= kThreads / 32.
+// == 0 are skipped (kth 0, take_equal all). One set of four passes serves every list: warp w scans the
+// histograms of lists w, w + kThreads / 32, ...
 template <int kThreads, int kRows, typename Lists, typename Sync = CtaSync>
 __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int (&rank)[kRows], RadixScratch<kRows>& s,
                                                   uint32_t (&kth)[kRows], uint32_t (&take_equal)[kRows], Sync sync = {}) {
-    static_assert(kRows <= kThreads / 32, "one scanning warp per list");
-    const int tid = threadIdx.x;
+    const int tid = group_thread<Sync>();
     const int lane = tid & 31, warp = tid / 32;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {  // (rank[tid] would put rank in local memory)
@@ -161,15 +216,16 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
             });
         }
         sync();
-        if (warp < kRows && s.remaining[warp] > 0) {  // lists with rank 0 have nothing to find
+        for (int r = warp; r < kRows; r += kThreads / 32) {
+            if (s.remaining[r] == 0) continue;  // lists with rank 0 have nothing to find
             // Lane l owns bins 255-8l down to 248-8l; a scan over lanes finds the bin holding rank
             // `remaining`, counted from the top.
-            const uint32_t remaining = s.remaining[warp];
+            const uint32_t remaining = s.remaining[r];
             uint32_t counts[8];
             uint32_t lane_total = 0;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                counts[j] = s.hist[warp][255 - 8 * lane - j];
+                counts[j] = s.hist[r][255 - 8 * lane - j];
                 lane_total += counts[j];
             }
             uint32_t inclusive = lane_total;
@@ -186,8 +242,8 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
                 for (int j = 0; j < 8; ++j) {
                     if (!found && above + counts[j] >= remaining) {
                         found = true;
-                        s.prefix[warp] |= static_cast<uint32_t>(255 - 8 * lane - j) << shift;
-                        s.remaining[warp] = remaining - above;
+                        s.prefix[r] |= static_cast<uint32_t>(255 - 8 * lane - j) << shift;
+                        s.remaining[r] = remaining - above;
                     }
                     if (!found) above += counts[j];
                 }
@@ -224,7 +280,7 @@ __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, 
                                  Sync sync = {}) {
     static_assert(kCapacity % kThreads == 0, "candidate capacity must be a multiple of the CTA size");
     constexpr int kPerThread = kCapacity / kThreads;
-    const int tid = threadIdx.x;
+    const int tid = group_thread<Sync>();
     uint32_t kth = 0;               // with n <= k every candidate is kept
     uint32_t take_equal = 0xFFFFFFFFu;
     if (n > k) kth = kth_largest_code<kThreads>([&](int i) { return codes[i]; }, n, k, s, &take_equal, sync);
@@ -279,7 +335,7 @@ __device__ void write_top_k(const uint32_t* codes, const int* keys, int n, int k
                             int key_base, Sync sync = {}) {
     select_top_k<kThreads, kCapacity>(codes, keys, n, k, s, [&](int slot, uint32_t, int key) { out_row[slot] = key - key_base; },
                                       sync);
-    for (int i = min(n, k) + int(threadIdx.x); i < k; i += kThreads) out_row[i] = -1;
+    for (int i = min(n, k) + group_thread<Sync>(); i < k; i += kThreads) out_row[i] = -1;
 }
 
 // The answers of kRows rows at once from candidate lists that are not overwritten (WarpSegments,
@@ -294,9 +350,10 @@ __device__ __forceinline__ void write_top_k_rows(const Lists& lists, const int (
     for (int r = 0; r < kRows; ++r) rank[r] = n[r] > k ? k : 0;  // rank 0: every candidate is kept
     uint32_t kth[kRows], take_equal[kRows];
     kth_largest_codes<kThreads, kRows>(lists, rank, s, kth, take_equal, sync);
-    if (int(threadIdx.x) < kRows) {
-        s.slot_counter[threadIdx.x] = 0;
-        s.equal_taken[threadIdx.x] = 0;
+    const int tid = group_thread<Sync>();
+    if (tid < kRows) {
+        s.slot_counter[tid] = 0;
+        s.equal_taken[tid] = 0;
     }
     sync();
 #pragma unroll
@@ -309,9 +366,179 @@ __device__ __forceinline__ void write_top_k_rows(const Lists& lists, const int (
             const int slot = prim::warp_append(&s.slot_counter[r], keep);
             if (keep) out[r * k + slot] = int(c.y) - key_base[r];
         });
-        for (int i = min(n[r], k) + int(threadIdx.x); i < k; i += kThreads) out[r * k + i] = -1;
+        for (int i = min(n[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
     }
     sync();
 }
 
+}  // namespace sel
+
+namespace sel {
+
+// ---- the answers of kRows rows in two passes over their candidates, for lists with a known floor ----
+// write_top_k_rows makes five passes over the candidates (four radix passes, then the write), with a
+// shared-memory atomic (a round trip) for every 32 candidates written. Here:
+//  1. A histogram of each candidate's distance above its row's floor (every candidate's code is at
+//     least the floor: the gate's threshold; 0 for an ungated row, whose floor is then its least code,
+//     found by one more pass), on a log scale: 32 sub-bins for each power of two of the distance. The
+//     bins are as fine relative to the k-th code's distance as anywhere, so one high outlier (a peaked
+//     row) does not crowd the rest into one bin as linear bins over [floor, max] would.
+//  2. Every candidate in a bin above the one holding the k-th code is written, and those in that
+//     boundary bin are gathered in shared memory (tens of them in practice). Each warp counts its own
+//     first (registers only), reserves its slots with one atomic per row, then writes at running
+//     positions kept in a register.
+//  3. A gathered candidate's rank among the row's gathered ones (ties broken by gathering order) is
+//     its slot after the bins above; one warp per row, no barrier between.
+// A boundary bin too full to gather (heavy ties: every candidate's code equal, say) sends the whole
+// call back to write_top_k_rows, which rewrites every answer. Same contract as write_top_k_rows.
+constexpr int kDistanceBins = 33 * 32;  // bin 0: distance 0; 32 e + 32 + m: 2^e <= distance < 2^(e+1), sub-bin m
+
+// The bin of `code` above `floor`. A code below the floor (a negative NaN, which every gate admits)
+// goes to bin 0 with the floor: it can only be the boundary bin's least, and is ordered exactly there.
+__device__ __forceinline__ int distance_bin(uint32_t code, uint32_t floor) {
+    const uint32_t distance = code > floor ? code - floor : 0u;
+    if (distance == 0) return 0;
+    const int e = 31 - __clz(distance);
+    // the 5 bits below the leading one (zeros shifted in where the distance has fewer)
+    const uint32_t m = e >= 5 ? (distance >> (e - 5)) & 31u : (distance << (5 - e)) & 31u;
+    return 32 * e + 32 + int(m);
+}
+
+template <int kRows, int kGather>
+struct BinnedScratch {
+    uint32_t hist[kRows][kDistanceBins];
+    uint32_t floor[kRows];
+    int boundary[kRows];  // the bin holding the k-th code (-1: every candidate is kept)
+    int above[kRows];     // candidates in the bins above it
+    int written[kRows];   // slots reserved for them so far
+    int gathered[kRows];  // candidates met in the boundary bin (kept in gcode/gkey up to kGather)
+    int key_base[kRows];
+    uint32_t gcode[kRows][kGather];
+    uint32_t gkey[kRows][kGather];
+};
+
+template <int kThreads, int kRows, int kGather, typename Lists, typename Sync = CtaSync>
+__device__ __forceinline__ void write_top_k_rows_binned(const Lists& lists, const int (&n)[kRows], const uint32_t (&floor)[kRows],
+                                                        int k, int live_rows, const int (&key_base)[kRows],
+                                                        BinnedScratch<kRows, kGather>& b, RadixScratch<kRows>& s, int* out,
+                                                        Sync sync = {}) {
+    const int tid = group_thread<Sync>();
+    const int lane = tid & 31, warp = tid / 32;
+    for (int i = tid; i < kRows * kDistanceBins; i += kThreads) (&b.hist[0][0])[i] = 0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {  // (n[tid] would put n in local memory)
+        if (tid == r) {
+            b.floor[r] = floor[r] > 0 ? floor[r] : 0xFFFFFFFFu;
+            b.boundary[r] = n[r] <= k ? -1 : 0;
+            b.written[r] = 0;
+            b.gathered[r] = 0;
+            b.key_base[r] = key_base[r];
+        }
+    }
+    sync();
+    // The least code of each ungated row that must select.
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        if (n[r] <= k || floor[r] > 0) continue;
+        uint32_t least = 0xFFFFFFFFu;
+        lists.for_each(r, [&](uint32_t c, bool live) { least = live ? min(least, c) : least; });
+        least = __reduce_min_sync(0xFFFFFFFFu, least);
+        if (lane == 0) atomicMin(&b.floor[r], least);
+    }
+    sync();
+    // 1. The histograms.
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        if (n[r] <= k) continue;
+        const uint32_t lo = b.floor[r];
+        lists.for_each(r, [&](uint32_t c, bool live) {
+            if (live) atomicAdd(&b.hist[r][distance_bin(c, lo)], 1u);
+        });
+    }
+    sync();
+    // The boundary bin: lane l of the row's warp sums bins 1055 - 33 l down to 1023 - 33 l, a scan over
+    // the lanes finds the one holding rank k from the top, and that lane walks its bins.
+    for (int r = warp; r < kRows; r += kThreads / 32) {
+        if (b.boundary[r] < 0) continue;
+        __syncwarp();  // every lane has read it before the owner lane rewrites it
+        uint32_t lane_total = 0;
+        for (int j = 0; j < 33; ++j) lane_total += b.hist[r][kDistanceBins - 1 - 33 * lane - j];
+        uint32_t inclusive = lane_total;
+#pragma unroll
+        for (int offset = 1; offset < 32; offset <<= 1) {
+            const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
+            if (lane >= offset) inclusive += v;
+        }
+        uint32_t above = inclusive - lane_total;
+        if (above < uint32_t(k) && uint32_t(k) <= inclusive) {
+            for (int j = 0; j < 33; ++j) {
+                const int bin = kDistanceBins - 1 - 33 * lane - j;
+                const uint32_t c = b.hist[r][bin];
+                if (above + c >= uint32_t(k)) {
+                    b.boundary[r] = bin;
+                    b.above[r] = int(above);
+                    break;
+                }
+                above += c;
+            }
+        }
+    }
+    sync();
+    // 2. Write what is above the boundary bin, gather what is in it.
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        if (r >= live_rows) continue;
+        const int boundary = b.boundary[r];
+        const uint32_t lo = b.floor[r];
+        const auto bin_of = [&](uint32_t c) { return boundary < 0 ? 0 : distance_bin(c, lo); };
+        int keeps = 0, edges = 0;
+        lists.for_each(r, [&](uint32_t c, bool live) {
+            const int bin = bin_of(c);
+            keeps += __popc(__ballot_sync(0xFFFFFFFFu, live && bin > boundary));
+            edges += __popc(__ballot_sync(0xFFFFFFFFu, live && bin == boundary));
+        });
+        int slot = 0, edge = 0;  // this warp's next slot and gathering place
+        if (lane == 0) {
+            slot = atomicAdd(&b.written[r], keeps);
+            edge = atomicAdd(&b.gathered[r], edges);
+        }
+        slot = __shfl_sync(0xFFFFFFFFu, slot, 0);
+        edge = __shfl_sync(0xFFFFFFFFu, edge, 0);
+        lists.for_each_keyed(r, boundary < 0 ? 0u : lo, [&](uint2 c, bool live) {
+            const int bin = bin_of(c.x);
+            const bool keep = live && bin > boundary, at_edge = live && bin == boundary;
+            const int at = prim::warp_fill(slot, __ballot_sync(0xFFFFFFFFu, keep), 0xFFFFFFFFu);
+            const int g = prim::warp_fill(edge, __ballot_sync(0xFFFFFFFFu, at_edge), 0xFFFFFFFFu);
+            if (keep) out[r * k + at] = int(c.y) - key_base[r];
+            if (at_edge && g < kGather) {
+                b.gcode[r][g] = c.x;
+                b.gkey[r][g] = c.y;
+            }
+        });
+        for (int i = min(n[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
+    }
+    sync();
+    bool overflow = false;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) overflow |= r < live_rows && b.gathered[r] > kGather;
+    if (overflow) {  // (uniform: read after the barrier)
+        write_top_k_rows<kThreads, kRows>(lists, n, k, live_rows, key_base, s, out, sync);
+        return;
+    }
+    // 3. The boundary bin's best (k - above) by rank among its gathered candidates.
+    for (int r = warp; r < live_rows; r += kThreads / 32) {
+        if (b.boundary[r] < 0) continue;
+        const int gathered = b.gathered[r], above = b.above[r];
+        for (int i = lane; i < gathered; i += 32) {
+            const uint32_t c = b.gcode[r][i];
+            int rank = 0;
+            for (int j = 0; j < gathered; ++j) {
+                const uint32_t other = b.gcode[r][j];
+                rank += other > c || (other == c && j < i);
+            }
+            if (above + rank < k) out[r * k + above + rank] = int(b.gkey[r][i]) - b.key_base[r];
+        }
+    }
+    sync();
+}
 }  // namespace sel

@@ -142,19 +142,22 @@ __device__ __forceinline__ uint8_t* aligned_shared_base(uint8_t* smem_raw) {
 // setmaxnreg count, 240, and a launcher expecting 248 refused every launch. Asking for more than the
 // producer frees would block forever, so the math warpgroups' count is derived from that pool (and
 // launchers check the compiled count: sm90_host.cuh): all it can take (at most 240) with the producer
-// warpgroup at kMinProducerRegisters (at 32 its TMA address math spilled). The producer also gets
-// what the math count's rounding to 8 leaves over, up to 56.
+// warpgroup at kMinProducerRegisters (at 32 its TMA address math spilled), or at `producer_min` where
+// its spare warps do more than wait (the gated kernel's selector warps). The producer also gets what
+// the math count's rounding to 8 leaves over, up to 56 (or producer_min, if larger).
 constexpr int kMinProducerRegisters = 40;
 constexpr int launch_registers(int threads) { return (65536 / threads) / 8 * 8 > 240 ? 240 : (65536 / threads) / 8 * 8; }
-constexpr int math_registers(int threads, int math_threads) {
-    return ((launch_registers(threads) * threads - 128 * kMinProducerRegisters) / math_threads) / 8 * 8 > 240
+constexpr int math_registers(int threads, int math_threads, int producer_min = kMinProducerRegisters) {
+    return ((launch_registers(threads) * threads - 128 * producer_min) / math_threads) / 8 * 8 > 240
                ? 240
-               : ((launch_registers(threads) * threads - 128 * kMinProducerRegisters) / math_threads) / 8 * 8;
+               : ((launch_registers(threads) * threads - 128 * producer_min) / math_threads) / 8 * 8;
 }
-constexpr int producer_registers(int threads, int math_threads) {
-    return (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads)) / 128 / 8 * 8 > 56
-               ? 56
-               : (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads)) / 128 / 8 * 8;
+constexpr int producer_registers(int threads, int math_threads, int producer_min = kMinProducerRegisters) {
+    return (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads, producer_min)) /
+                       128 / 8 * 8 > (producer_min > 56 ? producer_min : 56)
+               ? (producer_min > 56 ? producer_min : 56)
+               : (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads, producer_min)) /
+                     128 / 8 * 8;
 }
 
 template <int kRegisters>
