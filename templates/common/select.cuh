@@ -216,8 +216,10 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
             });
         }
         sync();
-        for (int r = warp; r < kRows; r += kThreads / 32) {
-            if (s.remaining[r] == 0) continue;  // lists with rank 0 have nothing to find
+        // Warp w scans list w's histogram (and w + kThreads / 32's, ...: the loop only where there are
+        // more lists than warps; as a loop for one list per warp it made the dense top-k 60% slower).
+        const auto scan = [&](int r) {
+            if (s.remaining[r] == 0) return;  // lists with rank 0 have nothing to find
             // Lane l owns bins 255-8l down to 248-8l; a scan over lanes finds the bin holding rank
             // `remaining`, counted from the top.
             const uint32_t remaining = s.remaining[r];
@@ -248,6 +250,11 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
                     if (!found) above += counts[j];
                 }
             }
+        };
+        if constexpr (kRows <= kThreads / 32) {
+            if (warp < kRows) scan(warp);
+        } else {
+            for (int r = warp; r < kRows; r += kThreads / 32) scan(r);
         }
         sync();
     }
