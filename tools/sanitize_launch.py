@@ -1,0 +1,43 @@
+"""One small fused launch, verified, for running under compute-sanitizer on the GPU machine:
+
+    compute-sanitizer --tool racecheck python tools/sanitize_launch.py VARIANT [--rows 64] [--keys 20000]
+
+(memcheck, racecheck and synccheck each; the variant's library must be built, or nvcc must be there.)
+A reliability suite will grow from this; today it is how session 9 checked the selector warps' slab
+handoff (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    import torch
+
+    from generator.variant import Variant
+    from runtime.fused import launch_variant
+    from runtime.verify import verify_topk
+    from runtime.workloads import make_workload
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("variant")
+    p.add_argument("--rows", type=int, default=64)
+    p.add_argument("--keys", type=int, default=20_000)
+    p.add_argument("--family", default="random")
+    args = p.parse_args()
+    v = Variant.from_name(args.variant)
+    wl = make_workload(args.family, args.rows, args.keys, v.heads, v.top_k, seed=3, device="cuda")
+    out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, v.top_k)
+    torch.cuda.synchronize()
+    report = verify_topk(out, *wl.args())
+    print(v.name, report.summary())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
