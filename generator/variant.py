@@ -94,8 +94,8 @@ class Variant:
         """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
         candidates = 0 if self.gated else 2 * self.rows * self.buffer * 4
         select_scratch = (256 * 4 + 4 * 4) * (self.rows if self.gated else 1)
-        if self.gated:  # + sel::BinnedScratch: distance histogram, seven ints and 256 gathered (code, key) a row
-            select_scratch += (33 * 32 * 4 + 7 * 4 + 256 * 8) * self.rows
+        if self.gated:  # + sel::BinnedScratch: distance histogram, six ints and 256 gathered (code, key) a row
+            select_scratch += (33 * 32 * 4 + 6 * 4 + 256 * 8) * self.rows
         if self.mma == "wgmma":
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)

@@ -230,7 +230,12 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
                 counts[j] = s.hist[r][255 - 8 * lane - j];
                 lane_total += counts[j];
             }
-            const uint32_t inclusive = prim::warp_inclusive_sum(lane_total);
+            uint32_t inclusive = lane_total;
+#pragma unroll
+            for (int offset = 1; offset < 32; offset <<= 1) {
+                const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
+                if (lane >= offset) inclusive += v;
+            }
             uint32_t above = inclusive - lane_total;
             __syncwarp();  // every lane has read s.remaining before the owner lane rewrites it
             if (above < remaining && remaining <= inclusive) {
@@ -392,10 +397,7 @@ namespace sel {
 //  3. A gathered candidate's rank among the row's gathered ones (ties broken by gathering order) is
 //     its slot after the bins above; one warp per row, no barrier between.
 // A boundary bin too full to gather (heavy ties: every candidate's code equal, say) sends the whole
-// call back to write_top_k_rows, which rewrites every answer (kRadixFallback), or returns false with
-// the answers partly written, for the caller to have them redone (the selector warps: inlined, the
-// radix path made them spill at 56 registers). Otherwise the same contract as write_top_k_rows, and
-// returns true.
+// call back to write_top_k_rows, which rewrites every answer. Same contract as write_top_k_rows.
 constexpr int kDistanceBins = 33 * 32;  // bin 0: distance 0; 32 e + 32 + m: 2^e <= distance < 2^(e+1), sub-bin m
 
 // The bin of `code` above `floor`. A code below the floor (a negative NaN, which every gate admits)
@@ -418,13 +420,12 @@ struct BinnedScratch {
     int written[kRows];   // slots reserved for them so far
     int gathered[kRows];  // candidates met in the boundary bin (kept in gcode/gkey up to kGather)
     int key_base[kRows];
-    int count[kRows];
     uint32_t gcode[kRows][kGather];
     uint32_t gkey[kRows][kGather];
 };
 
-template <int kThreads, int kRows, int kGather, bool kRadixFallback, typename Lists, typename Sync = CtaSync>
-__device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, const int (&n)[kRows], const uint32_t (&floor)[kRows],
+template <int kThreads, int kRows, int kGather, typename Lists, typename Sync = CtaSync>
+__device__ __forceinline__ void write_top_k_rows_binned(const Lists& lists, const int (&n)[kRows], const uint32_t (&floor)[kRows],
                                                         int k, int live_rows, const int (&key_base)[kRows],
                                                         BinnedScratch<kRows, kGather>& b, RadixScratch<kRows>& s, int* out,
                                                         Sync sync = {}) {
@@ -439,16 +440,13 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
             b.written[r] = 0;
             b.gathered[r] = 0;
             b.key_base[r] = key_base[r];
-            b.count[r] = n[r];
         }
     }
     sync();
-    // From here on the arguments are read back from the scratch: kept in registers through the passes,
-    // they made the selector warps (56 registers) spill.
     // The least code of each ungated row that must select.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        if (b.boundary[r] < 0 || b.floor[r] != 0xFFFFFFFFu) continue;
+        if (n[r] <= k || floor[r] > 0) continue;
         uint32_t least = 0xFFFFFFFFu;
         lists.for_each(r, [&](uint32_t c, bool live) { least = live ? min(least, c) : least; });
         least = __reduce_min_sync(0xFFFFFFFFu, least);
@@ -458,7 +456,7 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
     // 1. The histograms.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        if (b.boundary[r] < 0) continue;
+        if (n[r] <= k) continue;
         const uint32_t lo = b.floor[r];
         lists.for_each(r, [&](uint32_t c, bool live) {
             if (live) atomicAdd(&b.hist[r][distance_bin(c, lo)], 1u);
@@ -472,7 +470,12 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
         __syncwarp();  // every lane has read it before the owner lane rewrites it
         uint32_t lane_total = 0;
         for (int j = 0; j < 33; ++j) lane_total += b.hist[r][kDistanceBins - 1 - 33 * lane - j];
-        const uint32_t inclusive = prim::warp_inclusive_sum(lane_total);
+        uint32_t inclusive = lane_total;
+#pragma unroll
+        for (int offset = 1; offset < 32; offset <<= 1) {
+            const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
+            if (lane >= offset) inclusive += v;
+        }
         uint32_t above = inclusive - lane_total;
         if (above < uint32_t(k) && uint32_t(k) <= inclusive) {
             for (int j = 0; j < 33; ++j) {
@@ -513,28 +516,21 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
             const bool keep = live && bin > boundary, at_edge = live && bin == boundary;
             const int at = prim::warp_fill(slot, __ballot_sync(0xFFFFFFFFu, keep), 0xFFFFFFFFu);
             const int g = prim::warp_fill(edge, __ballot_sync(0xFFFFFFFFu, at_edge), 0xFFFFFFFFu);
-            if (keep) out[r * k + at] = int(c.y) - b.key_base[r];
+            if (keep) out[r * k + at] = int(c.y) - key_base[r];
             if (at_edge && g < kGather) {
                 b.gcode[r][g] = c.x;
                 b.gkey[r][g] = c.y;
             }
         });
-        for (int i = min(b.count[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
+        for (int i = min(n[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
     }
     sync();
     bool overflow = false;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) overflow |= r < live_rows && b.gathered[r] > kGather;
-    if (overflow && !kRadixFallback) return false;  // (uniform: read after the barrier)
-    if (overflow) {
-        int count[kRows], base[kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            count[r] = b.count[r];
-            base[r] = b.key_base[r];
-        }
-        write_top_k_rows<kThreads, kRows>(lists, count, k, live_rows, base, s, out, sync);
-        return true;
+    if (overflow) {  // (uniform: read after the barrier)
+        write_top_k_rows<kThreads, kRows>(lists, n, k, live_rows, key_base, s, out, sync);
+        return;
     }
     // 3. The boundary bin's best (k - above) by rank among its gathered candidates.
     for (int r = warp; r < live_rows; r += kThreads / 32) {
@@ -551,7 +547,5 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
         }
     }
     sync();
-    return true;
 }
-
 }  // namespace sel
