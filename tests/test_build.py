@@ -56,11 +56,10 @@ def test_every_shipped_variant_compiles(tmp_cache):
             report = resource_report(p, kernel)
             assert 0 < report.registers <= 255
             if getattr(p.variant, "select_warps", 0) and kernel == "fused_mqa_topk_gate_kernel":
-                # Selector warps run at 56 registers beside the scan, and their inlined radix fallback
-                # spills (24-792 bytes stored; session 9 measured these variants fastest from 128K keys
-                # up all the same). Bounded here so that growth shows; every spill instruction sits after
-                # the producer warpgroup's setmaxnreg.dec in the SASS, none in the math warps' code.
-                assert report.spill_store_bytes <= 1024, (p.variant.name, kernel, report)
+                # Selector warps run at 56 registers beside the scan: a few scalars (per-row loop
+                # state) spill with three math warpgroups, off the critical path; the math warps'
+                # scan, at 152-224, must not.
+                assert report.spill_store_bytes <= 64, (p.variant.name, kernel, report)
             elif getattr(p.variant, "mma", "wgmma") == "wgmma":  # every other Hopper kernel stays spill-free
                 assert report.clean, (p.variant.name, kernel, report)
         # ptxas serialises every wgmma of a kernel (and says so, C7514) when it cannot prove that no

@@ -53,7 +53,7 @@ DENSE_ABLATIONS = {
 }
 GATED_ABLATIONS = {
     "no_relu": NO_RELU,
-    "no_select": ([(r"(sel::write_top_k_rows_binned<kGroupThreads, kRows, kGather>\()", r"if (row0 < 0) \1")],
+    "no_select": ([(r"(sel::write_top_k_rows_binned<kGroupThreads, kRows, kGather, kRadixFallback>\()", r"(row0 >= 0) || \1")],
                   "the per-block selection from the slabs (no answers written)"),
     "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[i\]\);", "!(score[m] < own_gate[i]) && own_gate[i] != own_gate[i];"),  # NaN: no gate yet (the sample)
                          (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],

@@ -79,6 +79,16 @@ __device__ __forceinline__ int warp_fill(int& filled, uint32_t votes, uint32_t l
     return pos;
 }
 
+// The sum of `value` over lanes 0 .. this lane (every lane of the warp must call it).
+__device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t value) {
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+        const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, value, offset);
+        if (int(threadIdx.x & 31) >= offset) value += v;
+    }
+    return value;
+}
+
 // Adds one to hist[bin] for each lane where `take`, with one shared-memory atomic per distinct bin
 // in the warp: lanes that agree on a bin add together. Lists whose codes share their top bits (the
 // candidates above a gate) would otherwise serialise most of a radix pass on one or two bins.

@@ -230,12 +230,7 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
                 counts[j] = s.hist[r][255 - 8 * lane - j];
                 lane_total += counts[j];
             }
-            uint32_t inclusive = lane_total;
-#pragma unroll
-            for (int offset = 1; offset < 32; offset <<= 1) {
-                const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
-                if (lane >= offset) inclusive += v;
-            }
+            const uint32_t inclusive = prim::warp_inclusive_sum(lane_total);
             uint32_t above = inclusive - lane_total;
             __syncwarp();  // every lane has read s.remaining before the owner lane rewrites it
             if (above < remaining && remaining <= inclusive) {
@@ -264,6 +259,19 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
         take_equal[r] = rank[r] > 0 ? s.remaining[r] : 0xFFFFFFFFu;
     }
     sync();  // the scratch may be reused at once
+}
+
+// Raises largest[r] (shared memory, zeroed before) to list r's largest code, for every list: complete
+// after the group's next barrier.
+template <int kRows, typename Lists>
+__device__ __forceinline__ void largest_codes(const Lists& lists, uint32_t* largest) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        uint32_t m = 0;
+        lists.for_each(r, [&](uint32_t c, bool live) { m = live ? max(m, c) : m; });
+        m = __reduce_max_sync(0xFFFFFFFFu, m);
+        if ((threadIdx.x & 31) == 0 && m > 0) atomicMax(&largest[r], m);
+    }
 }
 
 // The k-th largest of code_at(0), ..., code_at(n - 1), 1 <= k <= n; *take_equal receives how many
@@ -389,7 +397,12 @@ namespace sel {
 //     least the floor: the gate's threshold; 0 for an ungated row, whose floor is then its least code,
 //     found by one more pass), on a log scale: 32 sub-bins for each power of two of the distance. The
 //     bins are as fine relative to the k-th code's distance as anywhere, so one high outlier (a peaked
-//     row) does not crowd the rest into one bin as linear bins over [floor, max] would.
+//     row) does not crowd the rest into one bin as linear bins over [floor, max] would. The distance
+//     is the fp32 difference of the scores, not of their codes: codes are not linear in the score
+//     across zero, and a gate just below zero with its k-th score above put a row's whole top in one
+//     bin (0.4% of rows on random data at 128K keys, 9% at 32K). The bins span 33 powers of two
+//     around the distance of a `ceiling`: the row's largest code, or its sample's, which may lie far
+//     below the k-th where scores trend along the keys (so the span reaches 2^17 times above it).
 //  2. Every candidate in a bin above the one holding the k-th code is written, and those in that
 //     boundary bin are gathered in shared memory (tens of them in practice). Each warp counts its own
 //     first (registers only), reserves its slots with one atomic per row, then writes at running
@@ -397,36 +410,53 @@ namespace sel {
 //  3. A gathered candidate's rank among the row's gathered ones (ties broken by gathering order) is
 //     its slot after the bins above; one warp per row, no barrier between.
 // A boundary bin too full to gather (heavy ties: every candidate's code equal, say) sends the whole
-// call back to write_top_k_rows, which rewrites every answer. Same contract as write_top_k_rows.
-constexpr int kDistanceBins = 33 * 32;  // bin 0: distance 0; 32 e + 32 + m: 2^e <= distance < 2^(e+1), sub-bin m
+// call back to write_top_k_rows, which rewrites every answer (kRadixFallback), or returns false with
+// the answers partly written, for the caller to have them redone (the selector warps: inlined, the
+// radix path made them spill at 56 registers). Otherwise the same contract as write_top_k_rows, and
+// returns true.
+constexpr int kDistanceBins = 33 * 32;
 
-// The bin of `code` above `floor`. A code below the floor (a negative NaN, which every gate admits)
-// goes to bin 0 with the floor: it can only be the boundary bin's least, and is ordered exactly there.
-__device__ __forceinline__ int distance_bin(uint32_t code, uint32_t floor) {
-    const uint32_t distance = code > floor ? code - floor : 0u;
-    if (distance == 0) return 0;
-    const int e = 31 - __clz(distance);
-    // the 5 bits below the leading one (zeros shifted in where the distance has fewer)
-    const uint32_t m = e >= 5 ? (distance >> (e - 5)) & 31u : (distance << (5 - e)) & 31u;
-    return 32 * e + 32 + int(m);
-}
+// The bins of a row: bin = (the fp32 distance's exponent and top five mantissa bits) - base, clamped
+// to [0, kDistanceBins): a monotone map, as the selection needs. Bin 0 holds the floor (distance 0) and
+// anything below 2^-15 of the ceiling's distance; the top bin anything from 2^17 times it up.
+struct DistanceBins {
+    uint32_t floor;
+    float floor_score;
+    int base;
+
+    __device__ __forceinline__ DistanceBins(uint32_t floor_code, uint32_t ceiling_code)
+        : floor(floor_code), floor_score(prim::score_of_code(floor_code)) {
+        const float span = prim::score_of_code(ceiling_code) - floor_score;
+        base = (int((__float_as_uint(span) >> 23) & 255u) - 15) * 32;
+    }
+    // A code at or below the floor (below: a negative NaN, which every gate admits) goes to bin 0: it
+    // can only be the boundary bin's least, and is ordered exactly there. A positive NaN goes on top.
+    __device__ __forceinline__ int operator()(uint32_t code) const {
+        if (code <= floor) return 0;
+        if (code > 0xFF800000u) return kDistanceBins - 1;  // (+inf's code)
+        const float distance = prim::score_of_code(code) - floor_score;
+        return min(max(int(__float_as_uint(distance) >> 18) - base, 0), kDistanceBins - 1);
+    }
+};
 
 template <int kRows, int kGather>
 struct BinnedScratch {
     uint32_t hist[kRows][kDistanceBins];
     uint32_t floor[kRows];
+    uint32_t ceiling[kRows];
     int boundary[kRows];  // the bin holding the k-th code (-1: every candidate is kept)
     int above[kRows];     // candidates in the bins above it
     int written[kRows];   // slots reserved for them so far
     int gathered[kRows];  // candidates met in the boundary bin (kept in gcode/gkey up to kGather)
     int key_base[kRows];
+    int count[kRows];
     uint32_t gcode[kRows][kGather];
     uint32_t gkey[kRows][kGather];
 };
 
-template <int kThreads, int kRows, int kGather, typename Lists, typename Sync = CtaSync>
-__device__ __forceinline__ void write_top_k_rows_binned(const Lists& lists, const int (&n)[kRows], const uint32_t (&floor)[kRows],
-                                                        int k, int live_rows, const int (&key_base)[kRows],
+template <int kThreads, int kRows, int kGather, bool kRadixFallback, typename Lists, typename Sync = CtaSync>
+__device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, const int (&n)[kRows], const uint32_t (&floor)[kRows],
+                                                        const uint32_t (&ceiling)[kRows], int k, int live_rows, const int (&key_base)[kRows],
                                                         BinnedScratch<kRows, kGather>& b, RadixScratch<kRows>& s, int* out,
                                                         Sync sync = {}) {
     const int tid = group_thread<Sync>();
@@ -436,30 +466,41 @@ __device__ __forceinline__ void write_top_k_rows_binned(const Lists& lists, cons
     for (int r = 0; r < kRows; ++r) {  // (n[tid] would put n in local memory)
         if (tid == r) {
             b.floor[r] = floor[r] > 0 ? floor[r] : 0xFFFFFFFFu;
+            b.ceiling[r] = floor[r] > 0 ? ceiling[r] : 0u;
             b.boundary[r] = n[r] <= k ? -1 : 0;
             b.written[r] = 0;
             b.gathered[r] = 0;
             b.key_base[r] = key_base[r];
+            b.count[r] = n[r];
         }
     }
     sync();
-    // The least code of each ungated row that must select.
+    // From here on the arguments are read back from the scratch: kept in registers through the passes,
+    // they made the selector warps (56 registers) spill.
+    // The least and the largest code of each ungated row that must select.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        if (n[r] <= k || floor[r] > 0) continue;
-        uint32_t least = 0xFFFFFFFFu;
-        lists.for_each(r, [&](uint32_t c, bool live) { least = live ? min(least, c) : least; });
+        if (b.boundary[r] < 0 || b.floor[r] != 0xFFFFFFFFu) continue;
+        uint32_t least = 0xFFFFFFFFu, largest = 0u;
+        lists.for_each(r, [&](uint32_t c, bool live) {
+            least = live ? min(least, c) : least;
+            largest = live ? max(largest, c) : largest;
+        });
         least = __reduce_min_sync(0xFFFFFFFFu, least);
-        if (lane == 0) atomicMin(&b.floor[r], least);
+        largest = __reduce_max_sync(0xFFFFFFFFu, largest);
+        if (lane == 0) {
+            atomicMin(&b.floor[r], least);
+            atomicMax(&b.ceiling[r], largest);
+        }
     }
     sync();
     // 1. The histograms.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        if (n[r] <= k) continue;
-        const uint32_t lo = b.floor[r];
+        if (b.boundary[r] < 0) continue;
+        const DistanceBins bin_of(b.floor[r], b.ceiling[r]);
         lists.for_each(r, [&](uint32_t c, bool live) {
-            if (live) atomicAdd(&b.hist[r][distance_bin(c, lo)], 1u);
+            if (live) atomicAdd(&b.hist[r][bin_of(c)], 1u);
         });
     }
     sync();
@@ -470,12 +511,7 @@ __device__ __forceinline__ void write_top_k_rows_binned(const Lists& lists, cons
         __syncwarp();  // every lane has read it before the owner lane rewrites it
         uint32_t lane_total = 0;
         for (int j = 0; j < 33; ++j) lane_total += b.hist[r][kDistanceBins - 1 - 33 * lane - j];
-        uint32_t inclusive = lane_total;
-#pragma unroll
-        for (int offset = 1; offset < 32; offset <<= 1) {
-            const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
-            if (lane >= offset) inclusive += v;
-        }
+        const uint32_t inclusive = prim::warp_inclusive_sum(lane_total);
         uint32_t above = inclusive - lane_total;
         if (above < uint32_t(k) && uint32_t(k) <= inclusive) {
             for (int j = 0; j < 33; ++j) {
@@ -496,8 +532,8 @@ __device__ __forceinline__ void write_top_k_rows_binned(const Lists& lists, cons
     for (int r = 0; r < kRows; ++r) {
         if (r >= live_rows) continue;
         const int boundary = b.boundary[r];
-        const uint32_t lo = b.floor[r];
-        const auto bin_of = [&](uint32_t c) { return boundary < 0 ? 0 : distance_bin(c, lo); };
+        const DistanceBins bins(b.floor[r], b.ceiling[r]);
+        const auto bin_of = [&](uint32_t c) { return boundary < 0 ? 0 : bins(c); };
         int keeps = 0, edges = 0;
         lists.for_each(r, [&](uint32_t c, bool live) {
             const int bin = bin_of(c);
@@ -511,26 +547,33 @@ __device__ __forceinline__ void write_top_k_rows_binned(const Lists& lists, cons
         }
         slot = __shfl_sync(0xFFFFFFFFu, slot, 0);
         edge = __shfl_sync(0xFFFFFFFFu, edge, 0);
-        lists.for_each_keyed(r, boundary < 0 ? 0u : lo, [&](uint2 c, bool live) {
+        lists.for_each_keyed(r, boundary < 0 ? 0u : bins.floor, [&](uint2 c, bool live) {
             const int bin = bin_of(c.x);
             const bool keep = live && bin > boundary, at_edge = live && bin == boundary;
             const int at = prim::warp_fill(slot, __ballot_sync(0xFFFFFFFFu, keep), 0xFFFFFFFFu);
             const int g = prim::warp_fill(edge, __ballot_sync(0xFFFFFFFFu, at_edge), 0xFFFFFFFFu);
-            if (keep) out[r * k + at] = int(c.y) - key_base[r];
+            if (keep) out[r * k + at] = int(c.y) - b.key_base[r];
             if (at_edge && g < kGather) {
                 b.gcode[r][g] = c.x;
                 b.gkey[r][g] = c.y;
             }
         });
-        for (int i = min(n[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
+        for (int i = min(b.count[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
     }
     sync();
     bool overflow = false;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) overflow |= r < live_rows && b.gathered[r] > kGather;
-    if (overflow) {  // (uniform: read after the barrier)
-        write_top_k_rows<kThreads, kRows>(lists, n, k, live_rows, key_base, s, out, sync);
-        return;
+    if (overflow && !kRadixFallback) return false;  // (uniform: read after the barrier)
+    if (overflow) {
+        int count[kRows], base[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            count[r] = b.count[r];
+            base[r] = b.key_base[r];
+        }
+        write_top_k_rows<kThreads, kRows>(lists, count, k, live_rows, base, s, out, sync);
+        return true;
     }
     // 3. The boundary bin's best (k - above) by rank among its gathered candidates.
     for (int r = warp; r < live_rows; r += kThreads / 32) {
@@ -547,5 +590,7 @@ __device__ __forceinline__ void write_top_k_rows_binned(const Lists& lists, cons
         }
     }
     sync();
+    return true;
 }
+
 }  // namespace sel
