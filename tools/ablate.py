@@ -58,6 +58,10 @@ GATED_ABLATIONS = {
     "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[i\]\);", "!(score[m] < own_gate[i]) && own_gate[i] != own_gate[i];"),  # NaN: no gate yet (the sample)
                          (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
                         "the scan's slab appends (so the selection has nothing to select)"),
+    "select_histogram_only": ([(r"(\n    // 2\. Write what is above the boundary bin)", r"\n    return true;  // ablated\1")],
+                              "the selection's write pass and rank step (its histogram and boundary search only)"),
+    "select_no_rank": ([(r"(\n    // 3\. The boundary bin's best)", r"\n    return true;  // ablated\1")],
+                       "the selection's rank step (the boundary bin's answers)"),
     # (one tile's scores repeated do not suit the gate: no block may take the rescan, or it is timed too)
     "one_key_tile": ([(r"load_tile\(sample_tile\(range\.x, tiles, samples, i\)\);", "load_tile(range.x);"),
                       (r"tile \+= kKeyTile\) load_tile\(tile\);", "tile += kKeyTile) load_tile(range.x);"),

@@ -38,6 +38,7 @@ using Scratch = RadixScratch<1>;
 // in rounds that keep whole warps together, so f may use warp votes (and only warp-level ones: warps
 // may run different numbers of rounds). write_top_k_rows also needs the keys: for_each_keyed(r,
 // min_code, f) calls f(make_uint2(code, key), live) the same way, the key read where code >= min_code.
+// write_top_k_rows_binned also asks kPassesReadMemory: whether each pass reads the list from memory.
 
 // One list, code_at(i), i < n, dealt to the group's threads in turn.
 template <int kThreads, typename CodeAt>
@@ -65,6 +66,7 @@ struct DealtList {
 // once, only for the cached entries whose code is at least `min_code` (the ones a write keeps).
 template <int kWarps, int kRows, int kSegment, int kCached>
 struct WarpSegments {
+    static constexpr bool kPassesReadMemory = false;  // (past 32 kCached entries a segment they do)
     const uint2* items;
     int row_stride;
     int n[kRows];                     // this warp's entries in each list
@@ -142,6 +144,7 @@ struct WarpSegments {
 // warpgroups scan the next, with few registers and time to spare.
 template <int kWriters, int kReaders, int kRows, int kSegment, int kBatch, int kFirstThread>
 struct StripedSegments {
+    static constexpr bool kPassesReadMemory = true;
     const uint2* items;
     int row_stride;
     const int* filled;  // [kRows][kWriters], shared memory, published before the readers start
@@ -406,7 +409,8 @@ namespace sel {
 //  2. Every candidate in a bin above the one holding the k-th code is written, and those in that
 //     boundary bin are gathered in shared memory (tens of them in practice). Each warp counts its own
 //     first (registers only), reserves its slots with one atomic per row, then writes at running
-//     positions kept in a register.
+//     positions kept in a register; lists whose every pass reads memory (Lists::kPassesReadMemory)
+//     reserve as they go instead, a shared atomic per 32 candidates for one pass over memory, not two.
 //  3. A gathered candidate's rank among the row's gathered ones (ties broken by gathering order) is
 //     its slot after the bins above; one warp per row, no barrier between.
 // A boundary bin too full to gather (heavy ties: every candidate's code equal, say) sends the whole
@@ -534,24 +538,32 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
         const int boundary = b.boundary[r];
         const DistanceBins bins(b.floor[r], b.ceiling[r]);
         const auto bin_of = [&](uint32_t c) { return boundary < 0 ? 0 : bins(c); };
-        int keeps = 0, edges = 0;
-        lists.for_each(r, [&](uint32_t c, bool live) {
-            const int bin = bin_of(c);
-            keeps += __popc(__ballot_sync(0xFFFFFFFFu, live && bin > boundary));
-            edges += __popc(__ballot_sync(0xFFFFFFFFu, live && bin == boundary));
-        });
-        int slot = 0, edge = 0;  // this warp's next slot and gathering place
-        if (lane == 0) {
-            slot = atomicAdd(&b.written[r], keeps);
-            edge = atomicAdd(&b.gathered[r], edges);
+        int slot = 0, edge = 0;  // this warp's next slot and gathering place (counted first)
+        if constexpr (!Lists::kPassesReadMemory) {
+            int keeps = 0, edges = 0;
+            lists.for_each(r, [&](uint32_t c, bool live) {
+                const int bin = bin_of(c);
+                keeps += __popc(__ballot_sync(0xFFFFFFFFu, live && bin > boundary));
+                edges += __popc(__ballot_sync(0xFFFFFFFFu, live && bin == boundary));
+            });
+            if (lane == 0) {
+                slot = atomicAdd(&b.written[r], keeps);
+                edge = atomicAdd(&b.gathered[r], edges);
+            }
+            slot = __shfl_sync(0xFFFFFFFFu, slot, 0);
+            edge = __shfl_sync(0xFFFFFFFFu, edge, 0);
         }
-        slot = __shfl_sync(0xFFFFFFFFu, slot, 0);
-        edge = __shfl_sync(0xFFFFFFFFu, edge, 0);
         lists.for_each_keyed(r, boundary < 0 ? 0u : bins.floor, [&](uint2 c, bool live) {
             const int bin = bin_of(c.x);
             const bool keep = live && bin > boundary, at_edge = live && bin == boundary;
-            const int at = prim::warp_fill(slot, __ballot_sync(0xFFFFFFFFu, keep), 0xFFFFFFFFu);
-            const int g = prim::warp_fill(edge, __ballot_sync(0xFFFFFFFFu, at_edge), 0xFFFFFFFFu);
+            int at, g;
+            if constexpr (Lists::kPassesReadMemory) {  // slots reserved as met: one pass over memory, not two
+                at = prim::warp_append(&b.written[r], keep);
+                g = prim::warp_append(&b.gathered[r], at_edge);
+            } else {
+                at = prim::warp_fill(slot, __ballot_sync(0xFFFFFFFFu, keep), 0xFFFFFFFFu);
+                g = prim::warp_fill(edge, __ballot_sync(0xFFFFFFFFu, at_edge), 0xFFFFFFFFu);
+            }
             if (keep) out[r * k + at] = int(c.y) - b.key_base[r];
             if (at_edge && g < kGather) {
                 b.gcode[r][g] = c.x;
