@@ -94,8 +94,8 @@ class Variant:
         """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
         candidates = 0 if self.gated else 2 * self.rows * self.buffer * 4
         select_scratch = (256 * 4 + 4 * 4) * (self.rows if self.gated else 1)
-        if self.gated:  # + sel::BinnedScratch: distance histogram, eight ints and 256 gathered (code, key) a row
-            select_scratch += (33 * 32 * 4 + 8 * 4 + 256 * 8) * self.rows
+        if self.gated:  # + sel::BinnedScratch: distance histogram, eight ints and 512 gathered (code, key) a row
+            select_scratch += (33 * 32 * 4 + 8 * 4 + 512 * 8) * self.rows
         if self.mma == "wgmma":
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)
@@ -104,8 +104,8 @@ class Variant:
             # handed-over blocks (row, served)
             slabs = 2 if self.select_warps else 1
             state = select_scratch + (4 * (self.warps + 1) * slabs if self.gated else 4) * self.rows + 4 * 2
-            if self.select_warps:  # their scratch; per slab the block's row, served flag and gates
-                state += select_scratch + 2 * (2 + self.rows) * 4
+            if self.select_warps:  # their radix scratch; per slab the block's row, served flag and gates
+                state += (256 * 4 + 4 * 4) * self.rows + 2 * (2 + self.rows) * 4
             barriers = 8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0))
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
