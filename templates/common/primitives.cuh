@@ -66,17 +66,16 @@ __device__ __forceinline__ int warp_append(int* counter, bool take) {
     return __shfl_sync(0xFFFFFFFFu, base, leader) + __popc(mask & lanemask_lt());
 }
 
-// Reserves a slot for each lane of `votes` (the same in every lane, which must all call it) in a list
-// grown through `*counter` and returns this lane's (meaningless where it did not vote): lane 0's
-// shared-memory atomic, written in PTX so that the compiler does not wrap it in its own aggregation.
-__device__ __forceinline__ int warp_reserve(int* counter, uint32_t votes) {
+// Reserves `count` slots (the same in every lane, which must all call it) in a list grown through
+// `*counter` and returns the first: lane 0's shared-memory atomic, written in PTX so that the compiler
+// does not wrap it in its own aggregation.
+__device__ __forceinline__ int warp_reserve(int* counter, int count) {
     int base = 0;
-    if ((threadIdx.x & 31) == 0 && votes != 0)
+    if ((threadIdx.x & 31) == 0 && count != 0)
         asm volatile("atom.shared.add.u32 %0, [%1], %2;\n"
                      : "=r"(base)
-                     : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(counter))), "r"(__popc(votes))
-                     : "memory");
-    return __shfl_sync(0xFFFFFFFFu, base, 0) + __popc(votes & lanemask_lt());
+                     : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(counter))), "r"(count));
+    return __shfl_sync(0xFFFFFFFFu, base, 0);
 }
 
 // Appends one item per lane where `take` to a list that only this warp writes, by the lanes in

@@ -152,11 +152,19 @@ struct StripedSegments {
 
     template <typename F>
     __device__ __forceinline__ void for_each(int r, F f) const {
-        walk<false>(r, [&](uint2 c, bool live) { f(c.x, live); });
+        walk<false>(r, [&](const uint2 (&c)[kBatch], const bool (&live)[kBatch], int u) { f(c[u].x, live[u]); });
     }
     template <typename F>
     __device__ __forceinline__ void for_each_keyed(int r, uint32_t, F f) const {
-        walk<true>(r, f);
+        walk<true>(r, [&](const uint2 (&c)[kBatch], const bool (&live)[kBatch], int u) { f(c[u], live[u]); });
+    }
+    // f(c, live) once a round of kBatch x 32 entries (c[u], live[u]: this lane's u-th; dead past the
+    // segment's end), for callers that reserve output slots once a round.
+    template <typename F>
+    __device__ __forceinline__ void for_each_keyed_batch(int r, F f) const {
+        walk<true>(r, [&](const uint2 (&c)[kBatch], const bool (&live)[kBatch], int u) {
+            if (u == 0) f(c, live);
+        });
     }
 
   private:
@@ -170,15 +178,16 @@ struct StripedSegments {
 #pragma unroll 1
             for (int base = 0; base < n; base += 32 * kBatch, entry += 32 * kBatch) {
                 uint2 c[kBatch];
+                bool live[kBatch];
 #pragma unroll
                 for (int u = 0; u < kBatch; ++u) {
-                    const bool live = base + 32 * u + lane < n;
-                    c[u].x = live ? prim::score_code(__uint_as_float(entry[32 * u].x)) : 0u;
-                    c[u].y = kKeys && live ? entry[32 * u].y : 0u;
+                    live[u] = base + 32 * u + lane < n;
+                    c[u].x = live[u] ? prim::score_code(__uint_as_float(entry[32 * u].x)) : 0u;
+                    c[u].y = kKeys && live[u] ? entry[32 * u].y : 0u;
                 }
 #pragma unroll
                 for (int u = 0; u < kBatch; ++u)
-                    if (base + 32 * u < n) f(c[u], base + 32 * u + lane < n);  // (warp-uniform test)
+                    if (base + 32 * u < n) f(c, live, u);  // (warp-uniform test)
             }
         }
     }
@@ -406,7 +415,8 @@ namespace sel {
 //     boundary bin are gathered in shared memory (tens of them in practice). Each warp counts its own
 //     first (registers only), reserves its slots with one atomic per row, then writes at running
 //     positions kept in a register; lists whose every pass reads memory (Lists::kPassesReadMemory)
-//     reserve as they go instead, a shared atomic per 32 candidates for one pass over memory, not two.
+//     reserve as they go instead, a shared atomic per round of loads (4 x 32 candidates for the
+//     selector warps), for one pass over memory, not two.
 //  3. A gathered candidate's rank among the row's gathered ones (ties broken by gathering order) is
 //     its slot after the bins above; one warp per row, no barrier between.
 // A boundary bin too full to gather (heavy ties: every candidate's code equal, say) sends the whole
@@ -429,13 +439,13 @@ struct DistanceBins {
         const float span = prim::score_of_code(ceiling_code) - floor_score;
         base = (int((__float_as_uint(span) >> 23) & 255u) - 15) * 32;
     }
-    // A code at or below the floor (below: a negative NaN, which every gate admits) goes to bin 0: it
-    // can only be the boundary bin's least, and is ordered exactly there. A positive NaN goes on top.
+    // Branch-free. A code at or below the floor (below: a negative NaN, which every gate admits) goes
+    // to bin 0 (fmaxf drops the NaN): it can only be the boundary bin's least, and is ordered exactly
+    // there. A positive NaN (a code above +inf's) goes on top.
     __device__ __forceinline__ int operator()(uint32_t code) const {
-        if (code <= floor) return 0;
-        if (code > 0xFF800000u) return kDistanceBins - 1;  // (+inf's code)
-        const float distance = prim::score_of_code(code) - floor_score;
-        return min(max(int(__float_as_uint(distance) >> 18) - base, 0), kDistanceBins - 1);
+        const float distance = fmaxf(prim::score_of_code(code) - floor_score, 0.f);
+        const int bin = min(max(int(__float_as_uint(distance) >> 18) - base, 0), kDistanceBins - 1);
+        return code > 0xFF800000u ? kDistanceBins - 1 : bin;
     }
 };
 
@@ -534,7 +544,7 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
         const int boundary = b.boundary[r];
         const DistanceBins bins(b.floor[r], b.ceiling[r]);
         const auto bin_of = [&](uint32_t c) { return boundary < 0 ? 0 : bins(c); };
-        int slot = 0, edge = 0;  // this warp's next slot and gathering place (counted first)
+        int slot = 0, edge = 0;  // this warp's next slot and gathering place (counted first, or reserved a round at a time)
         if constexpr (!Lists::kPassesReadMemory) {
             int keeps = 0, edges = 0;
             lists.for_each(r, [&](uint32_t c, bool live) {
@@ -550,24 +560,42 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
             edge = __shfl_sync(0xFFFFFFFFu, edge, 0);
         }
         const int key_base_r = b.key_base[r];
-        lists.for_each_keyed(r, boundary < 0 ? 0u : bins.floor, [&](uint2 c, bool live) {
-            const int bin = bin_of(c.x);
-            const bool keep = live && bin > boundary, at_edge = live && bin == boundary;
-            const uint32_t keeps = __ballot_sync(0xFFFFFFFFu, keep), edges = __ballot_sync(0xFFFFFFFFu, at_edge);
-            int at = 0, g = 0;
-            if constexpr (Lists::kPassesReadMemory) {  // slots reserved as met: one pass over memory, not two
-                at = prim::warp_reserve(&b.written[r], keeps);
-                if (edges != 0) g = prim::warp_reserve(&b.gathered[r], edges);  // (few: the boundary bin's)
-            } else {
-                at = prim::warp_fill(slot, keeps, 0xFFFFFFFFu);
-                g = prim::warp_fill(edge, edges, 0xFFFFFFFFu);
+        const auto write = [&](uint2 c, uint32_t keeps, uint32_t edges) {  // at this warp's slot / edge
+            const uint32_t me = 1u << lane;
+            const int before = __popc(keeps & prim::lanemask_lt()), edge_before = __popc(edges & prim::lanemask_lt());
+            if (keeps & me) out[r * k + slot + before] = int(c.y) - key_base_r;
+            if ((edges & me) && edge + edge_before < kGather) {
+                b.gcode[r][edge + edge_before] = c.x;
+                b.gkey[r][edge + edge_before] = c.y;
             }
-            if (keep) out[r * k + at] = int(c.y) - key_base_r;
-            if (at_edge && g < kGather) {
-                b.gcode[r][g] = c.x;
-                b.gkey[r][g] = c.y;
-            }
-        });
+            slot += __popc(keeps);
+            edge += __popc(edges);
+        };
+        if constexpr (Lists::kPassesReadMemory) {
+            // Slots reserved as met, one shared atomic a batch of rounds: one pass over memory, not two.
+            lists.for_each_keyed_batch(r, [&](const auto& c, const auto& live) {
+                constexpr int kBatch = sizeof(live) / sizeof(live[0]);
+                uint32_t keeps[kBatch], edges[kBatch];
+                int kept = 0, edged = 0;
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) {
+                    const int bin = bin_of(c[u].x);
+                    keeps[u] = __ballot_sync(0xFFFFFFFFu, live[u] && bin > boundary);
+                    edges[u] = __ballot_sync(0xFFFFFFFFu, live[u] && bin == boundary);
+                    kept += __popc(keeps[u]);
+                    edged += __popc(edges[u]);
+                }
+                slot = prim::warp_reserve(&b.written[r], kept);
+                edge = edged > 0 ? prim::warp_reserve(&b.gathered[r], edged) : 0;  // (few: the boundary bin's)
+#pragma unroll
+                for (int u = 0; u < kBatch; ++u) write(c[u], keeps[u], edges[u]);
+            });
+        } else {
+            lists.for_each_keyed(r, boundary < 0 ? 0u : bins.floor, [&](uint2 c, bool live) {
+                const int bin = bin_of(c.x);
+                write(c, __ballot_sync(0xFFFFFFFFu, live && bin > boundary), __ballot_sync(0xFFFFFFFFu, live && bin == boundary));
+            });
+        }
         for (int i = min(b.count[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
     }
     sync();
