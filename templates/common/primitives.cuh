@@ -67,8 +67,8 @@ __device__ __forceinline__ int warp_append(int* counter, bool take) {
 }
 
 // Reserves `count` slots (the same in every lane, which must all call it) in a list grown through
-// `*counter` and returns the first: lane 0's shared-memory atomic, written in PTX so that the compiler
-// does not wrap it in its own aggregation.
+// `*counter` and returns the first: one shared-memory atomic by lane 0. (Written in PTX, ptxas still
+// wraps it in its warp-aggregation sequence, VOTEU / FLO / UPOPC: a few instructions a call.)
 __device__ __forceinline__ int warp_reserve(int* counter, int count) {
     int base = 0;
     if ((threadIdx.x & 31) == 0 && count != 0)
