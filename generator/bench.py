@@ -154,14 +154,16 @@ def main(args) -> int:
                     name = v.name
                     stats: dict = {}
                     fused_out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k, stats=stats)
-                    rescans = f", rescanned {stats['rescan_blocks']}/{-(-rows // v.rows)} blocks" if stats else ""
+                    rescans = (f", rescanned {stats['rescan_blocks']}/{-(-rows // v.rows)} blocks, {stats['split_blocks']} split"
+                               if stats else "")
                     frep = verify_topk(fused_out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))
                     ok &= frep.ok
                     fms = median_ms(lambda: launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k),
                                     warmup=1, reps=5)
                     emit("fused", {"variant": name, "rows": rows, "keys": keys, "heads": heads, "top_k": top_k,
-                                   "rescan_blocks": stats.get("rescan_blocks"), "fused_ms": fms, "dense_ms": dense_ms,
-                                   "speedup": dense_ms / fms, "floor_fraction": floor_ms / fms, "verified": frep.ok},
+                                   "rescan_blocks": stats.get("rescan_blocks"), "split_blocks": stats.get("split_blocks"),
+                                   "fused_ms": fms, "dense_ms": dense_ms, "speedup": dense_ms / fms,
+                                   "floor_fraction": floor_ms / fms, "verified": frep.ok},
                          f"  fused {name}: {fms:.2f} ms = {dense_ms / fms:.2f}x dense, {floor_ms / fms:.2f} of the fp8 floor "
                          f"[{frep.summary()}{rescans}]")
     for spec in args.topk:

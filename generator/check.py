@@ -58,7 +58,7 @@ def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: in
     detail = report.summary() + (f"; {poisoned} unwritten" if poisoned else "")
     if "rescan_blocks" in stats:
         blocks = -(-rows // variant.rows)
-        detail += f"; rescanned {stats['rescan_blocks']}/{blocks} row blocks"
+        detail += f"; rescanned {stats['rescan_blocks']}/{blocks} row blocks, {stats['split_blocks']} split"
     return Check(f"{variant.name} {family} M={rows} N={keys}", report.ok and not poisoned, detail)
 
 

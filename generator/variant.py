@@ -100,12 +100,13 @@ class Variant:
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)
             # + per row: each math warp's count and the sample's largest code (gate; a set per slab) or
-            # the count (streaming); the block ids; with selector warps their scratch and the two
-            # handed-over blocks (row, served)
+            # the count (streaming); the Q stages' work items; with selector warps their scratch and the two
+            # handed-over items (item, served)
             slabs = 2 if self.select_warps else 1
             state = select_scratch + (4 * (self.warps + 1) * slabs if self.gated else 4) * self.rows + 4 * 2
-            if self.select_warps:  # their radix scratch; per slab the block's row, served flag and gates
-                state += (256 * 4 + 4 * 4) * self.rows + 2 * (2 + self.rows) * 4
+            if self.select_warps:  # their radix scratch; per slab the item, served flag and gates; a split
+                # block's last-part flag and counts (up to 8 parts' segments a row)
+                state += (256 * 4 + 4 * 4) * self.rows + 2 * (2 + self.rows) * 4 + 4 + 4 * self.rows * 8 * self.warps
             barriers = 8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0))
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE

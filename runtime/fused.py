@@ -26,7 +26,8 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
                    out: torch.Tensor | None = None, stats: dict | None = None, lib=None) -> torch.Tensor:
     """Runs `variant` on the current stream (into `out` if given). Inputs must satisfy the contract.
     With `stats` (a dict; this synchronises), a gated variant reports "rescan_blocks": the row blocks
-    its gate could not serve, which the exact streaming kernel redid. `lib`: an already opened
+    its gate could not serve, which the exact streaming kernel redid, and "split_blocks": the blocks of
+    the launch's tail that were cut into parts of their keys and answered from the parts. `lib`: an already opened
     KernelLibrary of the variant (e.g. a patched build: tools/ablate.py) instead of the cached one."""
     if variant.heads != q.shape[1] or variant.top_k != top_k:
         raise ValueError(f"{variant.name} serves heads={variant.heads}, top_k={variant.top_k}; "
@@ -49,7 +50,8 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
         lib.launch(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
                    ke.data_ptr(), out.data_ptr(), order.data_ptr(), workspace.data_ptr(), rows, keys, stream)
     if stats is not None and variant.gated:
-        stats["rescan_blocks"] = int(workspace[4:8].view(torch.int32).item())  # the launcher's counters[1]
+        counters = workspace[:16].view(torch.int32).tolist()  # the launcher's counters
+        stats["rescan_blocks"], stats["split_blocks"] = counters[1], counters[3]
     return out
 
 

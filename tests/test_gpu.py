@@ -131,6 +131,54 @@ def test_gate_serves_random_rows_and_rescans_what_it_cannot(select_warps):
         assert report.ok, f"{family}: {report.summary()}"
 
 
+SPLITTING = [v for v in WITH_SELECTORS if v.top_k == 2048 or v.heads == 64 and v.top_k == 512]
+
+
+def run_with_stats(variant, wl):
+    from runtime.fused import launch_variant
+
+    stats = {}
+    out = launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, variant.top_k,
+                         out=torch.full((wl.rows, variant.top_k), check.POISON, dtype=torch.int32, device="cuda"),
+                         stats=stats)
+    assert not (out == check.POISON).any(), "elements left unwritten"
+    return out, stats
+
+
+def tail_rows(variant, tail_blocks: int) -> int:
+    """Rows whose row blocks fill one round of the GPU's CTAs and leave `tail_blocks` more: the launch's
+    tail, which the selector-warp kernels cut into parts of their keys (8 parts each for a tail of at
+    most 1/16 of the CTAs)."""
+    return (torch.cuda.get_device_properties(0).multi_processor_count + tail_blocks) * variant.rows
+
+
+@pytest.mark.parametrize("variant", SPLITTING, ids=lambda v: v.name)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_split_tail_matches_reference_on_every_family(variant, family):
+    """The tail's blocks are answered from the candidates of all their parts, exactly, on every family
+    (parts of 1,500 keys: no gate); random rows need no rescan and every tail block is split."""
+    wl = make_workload(family, tail_rows(variant, 3), 12_000, variant.heads, variant.top_k, seed=17, device="cuda")
+    out, stats = run_with_stats(variant, wl)
+    report = verify_topk(out, *wl.args())
+    assert report.ok, f"{report.summary()} {stats}"
+    if family == "random":
+        assert stats == {"rescan_blocks": 0, "split_blocks": 3}, stats
+    assert stats["split_blocks"] <= 3, stats
+
+
+@pytest.mark.parametrize("variant", SPLITTING, ids=lambda v: v.name)
+def test_split_tail_gates_each_part(variant):
+    """Parts of 12,500 keys, each sampled and gated on its own (their gates differ most where scores
+    rise along the keys): answered from the parts without a rescan, exactly. With every score equal,
+    the parts overflow and their blocks go to the rescan whole."""
+    for family, split in (("random", 3), ("increasing", 3), ("all_equal", 0)):
+        wl = make_workload(family, tail_rows(variant, 3), 100_000, variant.heads, variant.top_k, seed=19, device="cuda")
+        out, stats = run_with_stats(variant, wl)
+        report = verify_topk(out, *wl.args())
+        assert report.ok, f"{family}: {report.summary()} {stats}"
+        assert stats["split_blocks"] == split and (stats["rescan_blocks"] > 0) == (family == "all_equal"), (family, stats)
+
+
 def layout_variants(heads: int, rows: int) -> list:
     """The gated (without and with selector warps), streaming and dense wgmma kernels at `rows` rows a
     block: the first valid shape of each (the widest product columns rule out two pipelined slices)."""

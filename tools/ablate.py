@@ -146,7 +146,7 @@ def cmd_time(args) -> int:
                 launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, lib=lib,
                                stats=stats)
                 ms = median_ms(run, warmup=1, reps=5)
-                note = f", {stats['rescan_blocks']} blocks rescanned"
+                note = f", {stats['rescan_blocks']} blocks rescanned, {stats['split_blocks']} split"
             base = base if base is not None else ms  # the first timed build is the reference
             what = table[name][1] if name in table else ""
             print(f"{variant.name} {rows}x{keys} {name:>15}: {ms:7.2f} ms ({scoring_tflops(pairs, variant.heads, ms):4.0f} "

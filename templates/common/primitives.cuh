@@ -48,6 +48,21 @@ __device__ __forceinline__ float score_of_code(uint32_t code) {
     return __uint_as_float((code & 0x80000000u) ? (code & 0x7FFFFFFFu) : ~code);
 }
 
+// A global store the compiler cannot mistake for a generic one (ST.E), where the address is one of
+// several global pointers chosen at run time.
+__device__ __forceinline__ void store_global(uint2* p, uint2 v) {
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+}
+
+// threadIdx.x, read again wherever it is used: the compiler cannot hoist what derives from it out of a
+// persistent loop (hoisted, the selector warps' per-thread constants filled their 56 registers and
+// spilled).
+__device__ __forceinline__ int thread_index() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+
 __device__ __forceinline__ uint32_t lanemask_lt() {
     uint32_t mask;
     asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));

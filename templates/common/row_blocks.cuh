@@ -29,30 +29,30 @@ __device__ __forceinline__ int2 block_range(const Params& p, int row0) {
     return lo < hi ? make_int2(lo & ~3, hi) : make_int2(0, 0);
 }
 
-// The producer of the persistent row-block kernels (one thread): claims blocks in `order` through
-// `counter` until num_blocks are taken. For each it waits for a free Q stage, publishes the block id
-// in block_of_stage[stage] (the math warpgroups read it once full_q[stage] completes), loads the
-// block's Q tile (kRows x kHeads rows of 128 bytes) and calls load_tiles(row0) to issue its K tiles.
-// The last publication is -1: no more blocks.
-template <int kRows, int kHeads, int kQStages, typename LoadTiles>
-__device__ __forceinline__ void produce_row_blocks(int* counter, const int* order, int num_blocks, int* block_of_stage,
-                                                   uint64_t* full_q, uint64_t* empty_q, uint8_t* q_ring,
-                                                   const CUtensorMap* q_map, LoadTiles load_tiles) {
+// The producer of the persistent row-block kernels (one thread): claims work items 0, 1, ... through
+// `counter` until num_items are taken; item i covers (some of the keys of) row block block_of(i). For
+// each it waits for a free Q stage, publishes the item in item_of_stage[stage] (the math warpgroups
+// read it once full_q[stage] completes), loads the block's Q tile (kRows x kHeads rows of 128 bytes)
+// and calls load_tiles(item, row0) to issue its K tiles. The last publication is -1: no more items.
+template <int kRows, int kHeads, int kQStages, typename BlockOf, typename LoadTiles>
+__device__ __forceinline__ void produce_row_blocks(int* counter, int num_items, int* item_of_stage, uint64_t* full_q,
+                                                   uint64_t* empty_q, uint8_t* q_ring, const CUtensorMap* q_map,
+                                                   BlockOf block_of, LoadTiles load_tiles) {
     constexpr int kQTileBytes = kRows * kHeads * 128;
     for (int q_iter = 0;; ++q_iter) {
         const int qs = q_iter % kQStages;
         sm90::mbar_wait(&empty_q[qs], ((q_iter / kQStages) & 1) ^ 1);
         const int claimed = atomicAdd(counter, 1);
-        const int block = claimed < num_blocks ? order[claimed] : -1;
-        block_of_stage[qs] = block;  // published by the arrive below
-        if (block < 0) {
+        const int item = claimed < num_items ? claimed : -1;
+        item_of_stage[qs] = item;  // published by the arrive below
+        if (item < 0) {
             sm90::mbar_arrive(&full_q[qs]);
             return;
         }
-        const int row0 = block * kRows;
+        const int row0 = block_of(item) * kRows;
         sm90::mbar_arrive_expect_tx(&full_q[qs], kQTileBytes);
         sm90::tma_load_query_tile(q_ring + qs * kQTileBytes, q_map, &full_q[qs], row0);
-        load_tiles(row0);
+        load_tiles(item, row0);
     }
 }
 

@@ -20,7 +20,7 @@ struct CtaSync {
 
 // This thread's index in the group that Sync synchronises.
 template <typename Sync>
-__device__ __forceinline__ int group_thread() { return int(threadIdx.x) - Sync::kFirstThread; }
+__device__ __forceinline__ int group_thread() { return prim::thread_index() - Sync::kFirstThread; }
 
 // Scratch for selecting in kRows lists at once (one histogram each); Scratch is the one-list case.
 template <int kRows>
@@ -137,18 +137,21 @@ struct WarpSegments {
 };
 
 // The same per-warp segments read by a group of kReaders warps that did not write them (threads
-// kFirstThread ..): reader warp j walks segments j, j + kReaders, ... of a list, kBatch loads of 32
-// entries in flight a round (a cursor that carried a round's loads on into the next segment made
-// the passes' loops half as long again: 204 -> 134 instructions a round of the histogram's). No codes
-// are kept in registers and every pass reads the list again (from L2: it was just written): the
-// readers are the producer warpgroup's spare warps, which select one block's rows while the math
-// warpgroups scan the next, with few registers and time to spare.
+// kFirstThread ..), `segments` of them a list (kWriters, or more: the gated kernel's split blocks lay
+// the lists of several parts side by side): reader warp j walks segments j, j + kReaders, ... of a
+// list, kBatch loads of 32 entries in flight a round (a cursor that carried a round's loads on into
+// the next segment made the passes' loops half as long again: 204 -> 134 instructions a round of the
+// histogram's). No codes are kept in registers and every pass reads the list again (from L2, ld.cg:
+// other warps, or other CTAs, wrote it): the readers are the producer warpgroup's spare warps, which
+// select one block's rows while the math warpgroups scan the next, with few registers and time to
+// spare.
 template <int kWriters, int kReaders, int kRows, int kSegment, int kBatch, int kFirstThread>
 struct StripedSegments {
     static constexpr bool kPassesReadMemory = true;
     const uint2* items;
     int row_stride;
-    const int* filled;  // [kRows][kWriters], shared memory, published before the readers start
+    const int* filled;  // [kRows][segments], shared memory, published before the readers start
+    int segments = kWriters;
 
     template <typename F>
     __device__ __forceinline__ void for_each(int r, F f) const {
@@ -170,10 +173,10 @@ struct StripedSegments {
   private:
     template <bool kKeys, typename F>
     __device__ __forceinline__ void walk(int r, F f) const {
-        const int lane = threadIdx.x & 31;
+        const int tid = prim::thread_index(), lane = tid & 31;
 #pragma unroll 1
-        for (int w = (int(threadIdx.x) - kFirstThread) / 32; w < kWriters; w += kReaders) {
-            const int n = min(filled[r * kWriters + w], kSegment);
+        for (int w = (tid - kFirstThread) / 32; w < segments; w += kReaders) {
+            const int n = min(filled[r * segments + w], kSegment);
             const uint2* entry = items + size_t(r) * row_stride + w * kSegment + lane;
 #pragma unroll 1
             for (int base = 0; base < n; base += 32 * kBatch, entry += 32 * kBatch) {
@@ -182,8 +185,8 @@ struct StripedSegments {
 #pragma unroll
                 for (int u = 0; u < kBatch; ++u) {
                     live[u] = base + 32 * u + lane < n;
-                    c[u].x = live[u] ? prim::score_code(__uint_as_float(entry[32 * u].x)) : 0u;
-                    c[u].y = kKeys && live[u] ? entry[32 * u].y : 0u;
+                    c[u].x = live[u] ? prim::score_code(__uint_as_float(__ldcg(&entry[32 * u].x))) : 0u;
+                    c[u].y = kKeys && live[u] ? __ldcg(&entry[32 * u].y) : 0u;
                 }
 #pragma unroll
                 for (int u = 0; u < kBatch; ++u)
