@@ -105,8 +105,8 @@ class Variant:
             slabs = 2 if self.select_warps else 1
             state = select_scratch + (4 * (self.warps + 1) * slabs if self.gated else 4) * self.rows + 4 * 2
             if self.select_warps:  # their radix scratch; per slab the item, served flag and gates; a split
-                # block's last-part flag and counts (up to 8 parts' segments a row)
-                state += (256 * 4 + 4 * 4) * self.rows + 2 * (2 + self.rows) * 4 + 4 + 4 * self.rows * 8 * self.warps
+                # block's last-part flag, counts (up to 8 parts' segments a row) and bounds (two a row)
+                state += (256 * 4 + 4 * 4) * self.rows + 2 * (2 + self.rows) * 4 + 4 + 4 * self.rows * (8 * self.warps + 2)
             barriers = 8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0))
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
