@@ -18,7 +18,9 @@ struct CtaSync {
     __device__ __forceinline__ void operator()() const { __syncthreads(); }
 };
 
-// This thread's index in the group that Sync synchronises.
+// This thread's index in the group that Sync synchronises (threadIdx.x read again at each call:
+// prim::thread_index; hoisted out of the gated kernel's persistent loop, what derives from it spilled
+// in the selector warps: 72 -> 40 bytes stored, BENCHMARKS.md, session 11).
 template <typename Sync>
 __device__ __forceinline__ int group_thread() { return prim::thread_index() - Sync::kFirstThread; }
 
