@@ -48,10 +48,12 @@ __device__ __forceinline__ float score_of_code(uint32_t code) {
     return __uint_as_float((code & 0x80000000u) ? (code & 0x7FFFFFFFu) : ~code);
 }
 
-// A global store the compiler cannot mistake for a generic one (ST.E), where the address is one of
-// several global pointers chosen at run time.
+// A plain (weak) global store, where the compiler would emit a generic one (ST.E: the gated kernel's
+// slab appends, whose pointer is one of several chosen at run time; 3% slower at 16K x 128K than STG,
+// BENCHMARKS.md, session 11). No memory clobber: the callers order it with fences and barriers, which
+// are volatile asm too.
 __device__ __forceinline__ void store_global(uint2* p, uint2 v) {
-    asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(p), "r"(v.x), "r"(v.y));
 }
 
 // threadIdx.x, read again wherever it is used: the compiler cannot hoist what derives from it out of a
