@@ -100,8 +100,8 @@ class Variant:
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)
             # + per row: each math warp's count and the sample's largest code (gate; a set per slab) or
-            # the count (streaming); the Q stages' work items; with selector warps their scratch and the two
-            # handed-over items (item, served)
+            # the count (streaming); the Q stages' work items; with selector warps their scratch and
+            # the two handed-over items (item, served)
             slabs = 2 if self.select_warps else 1
             state = select_scratch + (4 * (self.warps + 1) * slabs if self.gated else 4) * self.rows + 4 * 2
             if self.select_warps:  # their radix scratch; per slab the item, served flag and gates; a split

@@ -28,8 +28,9 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
     With `stats` (a dict; this synchronises), a gated variant reports "rescan_blocks": the row blocks
     its gate could not serve, which the exact streaming kernel redid, and "split_blocks": the blocks of
     the launch's tail that were cut into parts of their keys and selected from the parts' candidates
-    (every part served; one whose selection then overflowed is among the rescanned too). `lib`: an already opened
-    KernelLibrary of the variant (e.g. a patched build: tools/ablate.py) instead of the cached one."""
+    (every part served; one whose selection then overflowed is among the rescanned too). `lib`: an
+    already opened KernelLibrary of the variant (e.g. a patched build: tools/ablate.py) instead of the
+    cached one."""
     if variant.heads != q.shape[1] or variant.top_k != top_k:
         raise ValueError(f"{variant.name} serves heads={variant.heads}, top_k={variant.top_k}; "
                          f"got heads={q.shape[1]}, top_k={top_k}")
