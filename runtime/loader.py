@@ -58,6 +58,16 @@ class KernelLibrary(_Library):
         self._check(self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, block_order, workspace, rows,
                                               keys, stream), "launch")
 
+    def tail_split(self, num_blocks: int, sms: int) -> tuple[int, int]:
+        """(split blocks, parts each) of a launch over num_blocks row blocks on `sms` SMs: the gated
+        kernels cut the blocks past the last full round of CTAs into parts of their keys; (0, 1)
+        where a kernel does not split."""
+        if not hasattr(self._lib, "mqa_topk_tail_split"):
+            return 0, 1
+        blocks = ctypes.c_int(0)
+        parts = self._lib.mqa_topk_tail_split(num_blocks, sms, ctypes.byref(blocks))
+        return blocks.value, parts
+
     @property
     def smem_bytes(self) -> int:
         return self._lib.mqa_topk_smem_bytes()
