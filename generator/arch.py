@@ -33,10 +33,10 @@ SELECTOR_REGISTERS = 56
 
 def wgmma_math_registers(threads: int, math_threads: int, producer_min: int = MIN_PRODUCER_REGISTERS) -> int:
     """Registers a math thread of a wgmma kernel gets after setmaxnreg (sm90.cuh's math_registers):
-    the launch allocation (threads x 65536/threads, rounded down to 8, at most 240) less the producer
-    warpgroup's share (at least producer_min)."""
+    the launch allocation (threads x 65536/threads, rounded down to 8, at most 240) less the other
+    warpgroups' share (the producer's, and a selector warpgroup's if any: at least producer_min each)."""
     launch = min(240, 65536 // threads // 8 * 8)
-    return min(240, (launch * threads - 128 * producer_min) // math_threads // 8 * 8)
+    return min(240, (launch * threads - (threads - math_threads) * producer_min) // math_threads // 8 * 8)
 
 
 def arch_for_capability(major: int, minor: int) -> Arch | None:

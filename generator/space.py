@@ -25,7 +25,7 @@ AXES: dict[str, tuple] = {
     "stages": (2, 3, 4),
     "buffer": BUFFERS + (16384,),
     "sample_tiles": (0, 8, 16, 32),
-    "select_warps": (0, 3),
+    "select_warps": (0, 3, 7),
 }
 
 MAX_REGISTERS_PER_THREAD = 232  # 255 minus headroom: the estimate is coarse
@@ -52,6 +52,9 @@ def rejection_reason(v: Variant) -> str | None:
         return f"key_tile {v.key_tile} does not split into 16-key mma tiles over {v.warps} warps"
     if v.select_warps and not v.gated:
         return "selector warps (select_warps > 0) serve the sampled gate's slabs only"
+    if v.select_warps > 3 and v.warps != 8:
+        # (three math warpgroups would get 120 registers a thread beside two other warpgroups: they spill)
+        return "a selector warpgroup (select_warps=7) needs two math warpgroups (warps=8)"
     if v.gated:
         if v.mma != "wgmma":
             return "the sampled gate (sample_tiles > 0) runs on the wgmma core only"
@@ -105,9 +108,11 @@ def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant
     registers a thread; on an H200 it won every bucket from 256K keys up, by about 3% at 512K, and
     lost by about 3% at 128K: BENCHMARKS.md, session 6), and that shape with selector warps (each
     block's answers selected beside the next block's scan; it won at 128K keys and lost 2.5x at 32K,
-    where the three selector warps cannot keep up with the scan: session 9)."""
+    where the three selector warps cannot keep up with the scan: session 9), and with a selector
+    warpgroup more (seven selector warps: at 32K keys, H = 32, top-2048 12% faster than the math
+    warps' selection; session 12)."""
     first = default_variant(heads, top_k, arch)
-    shapes = [replace(first, key_tile=256, warps=8), replace(first, key_tile=256, warps=8, select_warps=3)] if first.gated else []
+    shapes = [replace(first, key_tile=256, warps=8, select_warps=s) for s in (0, 3, 7)] if first.gated else []
     points = [first, *shapes, *(d for d in default_variants(heads, top_k, arch) if d != first)]
     return [v for v in points if rejection_reason(v) is None]
 

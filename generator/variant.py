@@ -32,7 +32,8 @@ class Variant:
     sample_tiles: int = 0
     # Gated only: who selects each block's answers from its slab. 0 = the math warps, after the block's
     # scan; 3 = the producer warpgroup's three spare warps, while the math warps scan the next block
-    # (two slabs per CTA; the producer warpgroup keeps SELECTOR_REGISTERS, the math warps get the rest).
+    # (two slabs per CTA; the producer warpgroup keeps SELECTOR_REGISTERS, the math warps get the rest);
+    # 7 = those and a selector warpgroup of four more (also at SELECTOR_REGISTERS), for short blocks.
     select_warps: int = 0
 
     _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2", "wgmma": "fused_mqa_topk_wgmma.cu.j2"}
@@ -83,8 +84,10 @@ class Variant:
 
     @property
     def threads(self) -> int:
-        """Threads of the CTA (wgmma adds a producer warpgroup to the math warps)."""
-        return 32 * self.warps + (128 if self.mma == "wgmma" else 0)
+        """Threads of the CTA (wgmma adds a producer warpgroup to the math warps, and seven selector
+        warps a selector warpgroup)."""
+        other_warpgroups = (1 if self.mma == "wgmma" else 0) + (1 if self.select_warps > 3 else 0)
+        return 32 * self.warps + 128 * other_warpgroups
 
     @property
     def math_threads(self) -> int:

@@ -117,7 +117,9 @@ def test_neighbors_differ_in_one_axis_and_are_valid():
         assert rejection_reason(w) is None
         assert sum(getattr(w, a) != getattr(v, a) for a in TUNED_AXES) == 1
     assert {w.sample_tiles for w in near} >= {8, 16} and {w.stages for w in near} >= {2, 3}
-    assert [getattr(w, NEIGHBOR_AXES[0]) != getattr(v, NEIGHBOR_AXES[0]) for w in near[:2]] == [True, False]  # in NEIGHBOR_AXES order
+    moved = [next(i for i, a in enumerate(NEIGHBOR_AXES) if getattr(w, a) != getattr(v, a)) for w in near]
+    assert moved == sorted(moved) and moved[0] == 0  # in NEIGHBOR_AXES order
+    assert {w.select_warps for w in near if w.select_warps != v.select_warps} == {3, 7}
 
 
 def test_after_the_starting_points_a_study_walks_the_best_points_neighbors():

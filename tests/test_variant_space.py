@@ -87,6 +87,8 @@ def _with(**changes):
     (dict(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=3072, sample_tiles=8), "< 2 x top_k"),
     (dict(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=16384, sample_tiles=16, select_warps=3), None),
     (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=3072, select_warps=3), "selector warps .* gate's slabs only"),
+    (dict(mma="wgmma", key_tile=256, warps=8, rows=4, buffer=16384, sample_tiles=16, select_warps=7), None),
+    (dict(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=16384, sample_tiles=16, select_warps=7), "two math warpgroups"),
 ])
 def test_rejection_reasons(changes, reason):
     got = rejection_reason(_with(**changes))
@@ -100,11 +102,14 @@ def test_rejection_reasons(changes, reason):
 
 def test_selector_warps_take_registers_only_where_the_math_warps_have_them_to_give():
     """Selector warps keep 56 registers in the producer warpgroup: with three math warpgroups it has
-    them anyway (the split's rounding), with two the math warps go from 232 to 224."""
+    them anyway (the split's rounding), with two the math warps go from 232 to 224; a selector
+    warpgroup more (512 threads, 128 registers each at launch) leaves them 200."""
     three = _with(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=16384, sample_tiles=16)
     two = _with(mma="wgmma", key_tile=256, warps=8, rows=4, buffer=16384, sample_tiles=16)
     for v, before, after in ((three, 152, 152), (two, 232, 224)):
         assert (v.registers_available(), _with(**{**v.params(), "select_warps": 3}).registers_available()) == (before, after)
+    seven = _with(**{**two.params(), "select_warps": 7})
+    assert (seven.threads, seven.registers_available()) == (512, 200)
 
 
 def test_rejected_points_are_listed_with_reasons():

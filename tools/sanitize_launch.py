@@ -1,10 +1,13 @@
 """One small fused launch, verified, for running under compute-sanitizer on the GPU machine:
 
-    compute-sanitizer --tool racecheck python tools/sanitize_launch.py VARIANT [--rows 64] [--keys 20000]
+    compute-sanitizer --tool racecheck python tools/sanitize_launch.py VARIANT [--rows 64] [--keys 70000]
 
 (memcheck, racecheck and synccheck each; the variant's library must be built, or nvcc must be there.)
 A reliability suite will grow from this; today it is how session 9 checked the selector warps' slab
-handoff (BENCHMARKS.md).
+handoff and session 12 the tail split's cross-CTA hand-over (BENCHMARKS.md). The default shape has
+fewer row blocks than SMs, so a selector-warp (`_sw3`) variant splits every block into parts of at
+least 2 x kGateFloor keys (4 parts at 70,000 keys and top-2048): the line printed says how many
+blocks were split and how many rescanned.
 """
 
 from __future__ import annotations
@@ -27,15 +30,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("variant")
     p.add_argument("--rows", type=int, default=64)
-    p.add_argument("--keys", type=int, default=20_000)
+    p.add_argument("--keys", type=int, default=70_000)
     p.add_argument("--family", default="random")
     args = p.parse_args()
     v = Variant.from_name(args.variant)
     wl = make_workload(args.family, args.rows, args.keys, v.heads, v.top_k, seed=3, device="cuda")
-    out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, v.top_k)
+    stats: dict = {}
+    out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, v.top_k, stats=stats)
     torch.cuda.synchronize()
     report = verify_topk(out, *wl.args())
-    print(v.name, report.summary())
+    print(v.name, f"{args.rows}x{args.keys} {args.family}:", report.summary(),
+          ", ".join(f"{k} {n}" for k, n in stats.items()))
     return 0 if report.ok else 1
 
 

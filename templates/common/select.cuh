@@ -140,13 +140,15 @@ struct WarpSegments {
 
 // The same per-warp segments read by a group of kReaders warps that did not write them (threads
 // kFirstThread ..), `segments` of them a list (kWriters, or more: the gated kernel's split blocks lay
-// the lists of several parts side by side): reader warp j walks segments j, j + kReaders, ... of a
-// list, kBatch loads of 32 entries in flight a round (a cursor that carried a round's loads on into
-// the next segment made the passes' loops half as long again: 204 -> 134 instructions a round of the
-// histogram's). No codes are kept in registers and every pass reads the list again (from L2, ld.cg:
-// other warps, or other CTAs, wrote it): the readers are the producer warpgroup's spare warps, which
-// select one block's rows while the math warpgroups scan the next, with few registers and time to
-// spare.
+// the lists of several parts side by side): the readers take the segments in turn, kBatch loads of 32
+// entries in flight a round (a cursor that carried a round's loads on into the next segment made the
+// passes' loops half as long again: 204 -> 134 instructions a round of the histogram's). The turns
+// run on from list to list (a block's rows' segments as one sequence), so that where kReaders does
+// not divide `segments` (8 on 3 readers) no reader walks the extra segment of every list while the
+// others wait at the pass's barrier. No codes are kept in registers and every pass reads the list
+// again (from L2, ld.cg: other warps, or other CTAs, wrote it): the readers are the gated kernel's
+// selector warps, which select one block's rows while the math warpgroups scan the next, with few
+// registers and time to spare.
 template <int kWriters, int kReaders, int kRows, int kSegment, int kBatch, int kFirstThread>
 struct StripedSegments {
     static constexpr bool kPassesReadMemory = true;
@@ -175,9 +177,9 @@ struct StripedSegments {
   private:
     template <bool kKeys, typename F>
     __device__ __forceinline__ void walk(int r, F f) const {
-        const int tid = prim::thread_index(), lane = tid & 31;
+        const int tid = prim::thread_index(), lane = tid & 31, reader = (tid - kFirstThread) / 32;
 #pragma unroll 1
-        for (int w = (tid - kFirstThread) / 32; w < segments; w += kReaders) {
+        for (int w = (reader + kReaders - r * segments % kReaders) % kReaders; w < segments; w += kReaders) {
             const int n = min(filled[r * segments + w], kSegment);
             const uint2* entry = items + size_t(r) * row_stride + w * kSegment + lane;
 #pragma unroll 1

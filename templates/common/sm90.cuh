@@ -140,24 +140,23 @@ __device__ __forceinline__ uint8_t* aligned_shared_base(uint8_t* smem_raw) {
 // per-thread count ptxas gives under __launch_bounds__(threads, 1), i.e. 65536 / threads rounded
 // down to 8, but at most 240: with one math warpgroup (256 threads) ptxas allocates only the largest
 // setmaxnreg count, 240, and a launcher expecting 248 refused every launch. Asking for more than the
-// producer frees would block forever, so the math warpgroups' count is derived from that pool (and
-// launchers check the compiled count: sm90_host.cuh): all it can take (at most 240) with the producer
-// warpgroup at kMinProducerRegisters (at 32 its TMA address math spilled), or at `producer_min` where
-// its spare warps do more than wait (the gated kernel's selector warps). The producer also gets what
-// the math count's rounding to 8 leaves over, up to 56 (or producer_min, if larger).
+// other warpgroups free would block forever, so the math warpgroups' count is derived from that pool
+// (and launchers check the compiled count: sm90_host.cuh): all it can take (at most 240) with the
+// other warpgroups (the producer's; the gated kernel may add a selector warpgroup) at
+// kMinProducerRegisters (at 32 the TMA address math spilled), or at `producer_min` where their warps
+// do more than wait (the gated kernel's selector warps). They also get what the math count's rounding
+// to 8 leaves over, up to 56 (or producer_min, if larger).
 constexpr int kMinProducerRegisters = 40;
 constexpr int launch_registers(int threads) { return (65536 / threads) / 8 * 8 > 240 ? 240 : (65536 / threads) / 8 * 8; }
 constexpr int math_registers(int threads, int math_threads, int producer_min = kMinProducerRegisters) {
-    return ((launch_registers(threads) * threads - 128 * producer_min) / math_threads) / 8 * 8 > 240
-               ? 240
-               : ((launch_registers(threads) * threads - 128 * producer_min) / math_threads) / 8 * 8;
+    const int count = (launch_registers(threads) * threads - (threads - math_threads) * producer_min) / math_threads / 8 * 8;
+    return count > 240 ? 240 : count;
 }
 constexpr int producer_registers(int threads, int math_threads, int producer_min = kMinProducerRegisters) {
-    return (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads, producer_min)) /
-                       128 / 8 * 8 > (producer_min > 56 ? producer_min : 56)
-               ? (producer_min > 56 ? producer_min : 56)
-               : (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads, producer_min)) /
-                     128 / 8 * 8;
+    const int cap = producer_min > 56 ? producer_min : 56;
+    const int count = (launch_registers(threads) * threads - math_threads * math_registers(threads, math_threads, producer_min)) /
+                      (threads - math_threads) / 8 * 8;
+    return count > cap ? cap : count;
 }
 
 template <int kRegisters>
