@@ -57,9 +57,12 @@ def test_every_shipped_variant_compiles(tmp_cache):
             assert 0 < report.registers <= 255
             if getattr(p.variant, "select_warps", 0) and kernel == "fused_mqa_topk_gate_kernel":
                 # Selector warps run at 56 registers beside the scan: a few per-block scalars spill
-                # (20-40 bytes stored in the shipped variants, none in their passes' loops), off the
-                # critical path; the math warps' scan, at 152-224, must not.
-                assert report.spill_store_bytes <= 64, (p.variant.name, kernel, report)
+                # (16-48 bytes stored in the shipped variants, a load at the top of two of their
+                # passes' loops), off the critical path; the math warps' scan, at 152-224, must not.
+                # With a selector warpgroup more the math warpgroups have 200 registers, and three
+                # per-block values (20 bytes) spill outside the scan loop (tools/sass.py shows which).
+                limit = 96 if p.variant.select_warps > 3 else 64
+                assert report.spill_store_bytes <= limit, (p.variant.name, kernel, report)
             elif getattr(p.variant, "mma", "wgmma") == "wgmma":  # every other Hopper kernel stays spill-free
                 assert report.clean, (p.variant.name, kernel, report)
         # ptxas serialises every wgmma of a kernel (and says so, C7514) when it cannot prove that no
