@@ -83,11 +83,12 @@ def test_every_shipped_variant_compiles(tmp_cache):
 
 def check_tail_split(variant, lib) -> None:
     """The gated kernels with selector warps split the blocks past the last full round of CTAs into up
-    to 8 parts of their keys, as many as half the SMs allow (the split lists hold that many slabs);
-    every other kernel, and a tail too wide for two parts a block, is not split."""
+    to 8 parts of their keys, as many as the SMs allow (the split lists hold that many slabs); every
+    other kernel, and a tail too wide for two parts a block, is not split."""
     splits = variant.gated and variant.select_warps > 0
-    cases = {(4096, 132): (4, 8), (8192, 132): (8, 8), (4092, 132): (0, 1), (16, 132): (16, 4), (1, 132): (1, 8),
-             (160, 132): (28, 2), (1024, 132): (0, 1), (256, 132): (0, 1), (4096, 148): (0, 1), (4000, 148): (4, 8)}
+    cases = {(4096, 132): (4, 8), (8192, 132): (8, 8), (4092, 132): (0, 1), (16, 132): (16, 8), (1, 132): (1, 8),
+             (64, 132): (64, 2), (160, 132): (28, 4), (1024, 132): (0, 1), (256, 132): (0, 1), (4096, 148): (0, 1),
+             (4000, 148): (4, 8)}
     for (blocks, sms), expected in cases.items():
         assert lib.tail_split(blocks, sms) == (expected if splits else (0, 1)), (variant.name, blocks, sms)
 
