@@ -1,12 +1,12 @@
 """One small fused launch, verified, for running under compute-sanitizer on the GPU machine:
 
-    compute-sanitizer --tool racecheck python tools/sanitize_launch.py VARIANT [--rows 64] [--keys 140000]
+    compute-sanitizer --tool racecheck python tools/sanitize_launch.py VARIANT [--rows 64] [--keys 70000]
 
 (memcheck, racecheck and synccheck each; the variant's library must be built, or nvcc must be there.)
 A reliability suite will grow from this; today it is how session 9 checked the selector warps' slab
 handoff and session 12 the tail split's cross-CTA hand-over (BENCHMARKS.md). The default shape has
 fewer row blocks than SMs, so a selector-warp (`_sw3`, `_sw7`) variant splits every block into parts
-of at least kMinPartKeys (4 x kGateFloor: 4 parts at 140,000 keys and top-2048): the line printed
+of at least kMinPartKeys (4 x kGateFloor: 2 parts at 70,000 keys and top-2048): the line printed
 says how many blocks were split and how many rescanned.
 """
 
@@ -30,7 +30,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("variant")
     p.add_argument("--rows", type=int, default=64)
-    p.add_argument("--keys", type=int, default=140_000)
+    p.add_argument("--keys", type=int, default=70_000)
     p.add_argument("--family", default="random")
     args = p.parse_args()
     v = Variant.from_name(args.variant)
