@@ -199,6 +199,17 @@ def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
     return list(merged.values())
 
 
+def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
+    """The variant the first of `tables` that holds `bucket` names for it: a study's own table, then the
+    shipped one, so that a study written to a fresh --out-dir still measures what the runtime runs
+    today (session 12's did not, and could not say whether it beat the table)."""
+    for path in tables:
+        for e in load_table(path) or []:
+            if (e.heads, e.top_k, e.rows, e.keys) == (bucket.heads, bucket.top_k, bucket.rows, bucket.keys):
+                return Variant.from_name(e.variant)
+    return None
+
+
 def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, trials: int, out_dir: Path,
         time_budget_s: float | None = None, storage: str | None = None, build_fn=None, meta: dict | None = None,
         log=print) -> list[BucketResult]:
@@ -211,9 +222,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, tri
         if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
             break
-        incumbent = next((Variant.from_name(e.variant) for e in load_table(path) or []
-                          if (e.heads, e.top_k, e.rows, e.keys) == (bucket.heads, bucket.top_k, bucket.rows, bucket.keys)),
-                         None)
+        incumbent = table_choice(bucket, [path, table_path(gpu_name)])
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent, log=log)
         results.append(r)
         entry = r.entry()

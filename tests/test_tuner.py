@@ -149,6 +149,19 @@ def test_a_retune_measures_the_tables_choice_second(tmp_path):
     assert entry.variant == default_variant(32, 1024).name
 
 
+def test_a_study_into_a_fresh_directory_measures_the_shipped_tables_choice_second(tmp_path, monkeypatch):
+    from runtime.table import TABLE_DIR_ENV, save_table, table_path
+
+    bucket = Bucket(32, 1024, 16384, 131072)
+    shipped = Variant.from_name("mqa_topk_wgmma_sm90a_h32_k1024_r4_t192_w12_s2_b16384_m16")
+    monkeypatch.setenv(TABLE_DIR_ENV, str(tmp_path / "shipped"))
+    save_table(table_path("Fake GPU"), "Fake GPU", [Entry(32, 1024, 16384, 131072, shipped.name, 9.0, 12.0)], {"arch": "sm90a"})
+    m = FakeMeasurer()
+    run([bucket], m, "Fake GPU", "sm90a", trials=2, out_dir=tmp_path / "study", log=lambda s: None)
+    assert m.fused_calls == [default_variant(32, 1024).name, shipped.name]
+    assert [e.variant for e in load_table(table_path("Fake GPU"))] == [shipped.name]  # the shipped table is only read
+
+
 def test_prebuilt_candidates_cover_what_a_study_measures_first(tmp_path):
     """`generator build --candidates`: the starting points, the tables' choices and their neighbours,
     for every heads and top_k, all valid, for the asked arch only."""
