@@ -32,6 +32,7 @@ struct RadixScratch {
     uint32_t remaining[kRows];  // its rank among the codes that share those bits
     int slot_counter[kRows];    // next output slot
     int equal_taken[kRows];     // codes equal to the k-th code kept so far
+    uint32_t slack[kRows];      // codes past the rank a loose select may settle with (kth_largest_codes)
 };
 using Scratch = RadixScratch<1>;
 
@@ -204,7 +205,13 @@ struct StripedSegments {
 // code, and take_equal[r] = how many codes equal to it belong to its top rank[r]. Lists with rank[r]
 // == 0 are skipped (kth 0, take_equal all). One set of four passes serves every list: warp w scans the
 // histograms of lists w, w + kThreads / 32, ...
-template <int kThreads, int kRows, typename Lists, typename Sync = CtaSync>
+// kSlackDivisor > 0 makes the select loose, for thresholds that need only be at or below the exact one
+// (the gate's: lower keeps a few more candidates, never fewer): a list settles as soon as the bin of
+// the pass that holds its rank[r]-th code (its top 8, 16 or 24 bits) holds at most rank[r] /
+// kSlackDivisor codes past that one. kth[r] is then that bin's floor (take_equal all), which at most
+// rank[r] (1 + 1 / kSlackDivisor) codes reach, and the passes stop once every list has settled. Spread
+// scores settle after two passes, of the four; a large common offset needs all four.
+template <int kThreads, int kRows, int kSlackDivisor = 0, typename Lists, typename Sync = CtaSync>
 __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int (&rank)[kRows], RadixScratch<kRows>& s,
                                                   uint32_t (&kth)[kRows], uint32_t (&take_equal)[kRows], Sync sync = {}) {
     const int tid = group_thread<Sync>();
@@ -214,6 +221,7 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
         if (tid == r) {
             s.prefix[r] = 0;
             s.remaining[r] = static_cast<uint32_t>(rank[r]);
+            s.slack[r] = kSlackDivisor > 0 ? static_cast<uint32_t>(rank[r] / kSlackDivisor) : 0u;
         }
     }
 #pragma unroll 1
@@ -223,7 +231,7 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
         const uint32_t known_bits = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            if (rank[r] == 0) continue;
+            if (rank[r] == 0 || (kSlackDivisor > 0 && s.remaining[r] == 0)) continue;  // (settled: loose only)
             const uint32_t prefix = s.prefix[r];
             lists.for_each(r, [&](uint32_t c, bool live) {
                 const bool hit = live && ((c ^ prefix) & known_bits) == 0;
@@ -255,7 +263,9 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
                     if (!found && above + counts[j] >= remaining) {
                         found = true;
                         s.prefix[r] |= static_cast<uint32_t>(255 - 8 * lane - j) << shift;
-                        s.remaining[r] = remaining - above;
+                        // (remaining 0: settled, loose only; an exact select's stays at least 1)
+                        const bool settle = kSlackDivisor > 0 && above + counts[j] - remaining <= s.slack[r];
+                        s.remaining[r] = settle ? 0u : remaining - above;
                     }
                     if (!found) above += counts[j];
                 }
@@ -267,11 +277,17 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
             for (int r = warp; r < kRows; r += kThreads / 32) scan(r);
         }
         sync();
+        if constexpr (kSlackDivisor > 0) {
+            bool open = false;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) open |= s.remaining[r] != 0;
+            if (!open) break;  // (every thread reads the same values: the barrier above published them)
+        }
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         kth[r] = rank[r] > 0 ? s.prefix[r] : 0u;
-        take_equal[r] = rank[r] > 0 ? s.remaining[r] : 0xFFFFFFFFu;
+        take_equal[r] = rank[r] > 0 && s.remaining[r] > 0 ? s.remaining[r] : 0xFFFFFFFFu;
     }
     sync();  // the scratch may be reused at once
 }
