@@ -69,14 +69,18 @@ __device__ __forceinline__ void tma_load_query_tile(void* smem_dst, const CUtens
 }
 
 // ---- wgmma -------------------------------------------------------------------------------------
-// Shared-memory matrix descriptor for a K-major operand whose rows are 128 bytes (128 fp8 dims)
+// Shared-memory matrix descriptors for a K-major operand whose rows are 128 bytes (128 fp8 dims)
 // stored with the 128-byte swizzle TMA applies: 8-row core groups 1024 bytes apart. The tile must
 // start 1024-byte aligned; a k-step of 32 fp8 advances the start address by 32 bytes.
-__device__ __forceinline__ uint64_t kmajor_sw128_desc(const void* smem_ptr) {
-    const uint64_t start = (smem_addr(smem_ptr) & 0x3FFFFu) >> 4;
-    constexpr uint64_t kStrideBytes = 1024;  // between 8-row groups
-    return start | ((kStrideBytes >> 4) << 32) | (1ull << 62);  // layout type 1: 128-byte swizzle
-}
+// The descriptor's high word is the same for every such tile (kKmajorSw128High); its low word is the
+// start address field, in 16-byte units, which byte offsets into a ring of tiles move by offset / 16
+// (shared addresses are below 256 KiB, so the 14-bit field never carries). Callers compute a ring's
+// start once and add offsets: recomputed from the pointer before every product, the descriptors took
+// about 20 more uniform-datapath instructions of the gated scan loop's 420 a tile (a saving within the
+// timing noise, 0-2%: those instructions were not what limits the loop; BENCHMARKS.md, session 13).
+constexpr uint64_t kKmajorSw128High = ((uint64_t(1024) >> 4) << 32)  // 1024 bytes between 8-row groups
+                                      | (1ull << 62);                // layout type 1: 128-byte swizzle
+__device__ __forceinline__ uint32_t kmajor_sw128_start(const void* smem_ptr) { return (smem_addr(smem_ptr) & 0x3FFFFu) >> 4; }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
