@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from .arch import ARCHS, wgmma_math_registers
-from .variant import parse_name
+from .variant import RADIX_SCRATCH_BYTES, parse_name
 
 DIM = 128
 COARSE_BINS = 2048
@@ -69,8 +69,7 @@ class DenseVariant:
         return tiles + 8 * 2 * (self.q_stages + self.kv_stages) + 1024
 
     def topk_smem_bytes(self) -> int:
-        scratch = 256 * 4 + 4 * 4
-        return scratch + COARSE_BINS * 4 + 4 * 4 + self.topk_buffer * 8
+        return RADIX_SCRATCH_BYTES + COARSE_BINS * 4 + 4 * 4 + self.topk_buffer * 8
 
 
 def dense_rejection_reason(v: DenseVariant) -> str | None:

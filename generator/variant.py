@@ -13,6 +13,9 @@ from .arch import SELECTOR_REGISTERS, wgmma_math_registers
 
 DIM = 128  # fp8 bytes per key and per query head: fixed by the models this serves
 SMEM_KEY_STRIDE = DIM + 16  # padded shared-memory row of one key (see the kernel template)
+# sel::RadixScratch per list: a 256-bin histogram and five words (prefix, remaining, slot counter,
+# equal taken, slack)
+RADIX_SCRATCH_BYTES = 256 * 4 + 5 * 4
 
 
 @dataclass(frozen=True, order=True)
@@ -96,7 +99,7 @@ class Variant:
     def smem_bytes(self) -> int:
         """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
         candidates = 0 if self.gated else 2 * self.rows * self.buffer * 4
-        select_scratch = (256 * 4 + 4 * 4) * (self.rows if self.gated else 1)
+        select_scratch = RADIX_SCRATCH_BYTES * (self.rows if self.gated else 1)
         if self.gated:  # + sel::BinnedScratch: distance histogram, eight ints and 512 gathered (code, key) a row
             select_scratch += (33 * 32 * 4 + 8 * 4 + 512 * 8) * self.rows
         if self.mma == "wgmma":
@@ -109,7 +112,7 @@ class Variant:
             state = select_scratch + (4 * (self.warps + 1) * slabs if self.gated else 4) * self.rows + 4 * 2
             if self.select_warps:  # their radix scratch; per slab the item, served flag and gates; a split
                 # block's last-part flag, counts (up to 8 parts' segments a row) and bounds (two a row)
-                state += (256 * 4 + 4 * 4) * self.rows + 2 * (2 + self.rows) * 4 + 4 + 4 * self.rows * (8 * self.warps + 2)
+                state += RADIX_SCRATCH_BYTES * self.rows + 2 * (2 + self.rows) * 4 + 4 + 4 * self.rows * (8 * self.warps + 2)
             barriers = 8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0))
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE

@@ -43,7 +43,7 @@ DENSE_ABLATIONS = {
                      "the relu / weight / head-sum epilogue"),
     "no_stores": ([(r"(out_row\[Lane::row_slot\(m\)\]\[key\[Lane::key_slot\(m\)\]\] = )", r"if (key[0] == -7) \1")],
                   "the fp32 logits stores"),
-    "no_mma": ([(r"(wgmma_m64n\d+k32_e4m3\(acc, keys_hi \| \(keys_lo \+ 2 \* k\), queries_hi \| \(queries_lo \+ 2 \* k\), k\);)",
+    "no_mma": ([(r"(wgmma_m64n\d+k32_e4m3\(acc, kKmajorSw128High \| \(keys_start \+ 2 \* k\), kKmajorSw128High \| \(queries_start \+ 2 \* k\), k\);)",
                  r"if (k == 7) \1")],
                "the tensor-core products"),
     "no_relu": NO_RELU,
