@@ -1,0 +1,89 @@
+"""tools/timeline.py: the phase sums it reports from a launch's clock marks, and the marks compiled in
+only on request (the shipped kernels carry none)."""
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import requires_nvcc
+from generator.build import nvcc_flags, nvcc_path
+from generator.render import render
+from generator.space import default_variant
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("timeline", REPO / "tools" / "timeline.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def synthetic_marks(tool):
+    """One CTA at 2 GHz: a sampled item, an unsampled one, the end-of-work event; its selector warps'
+    two items; its global timer over the same span."""
+    m = np.zeros((tool.CTAS, tool.EVENTS, tool.MARKS), dtype=np.uint64)
+    for e in range(2):
+        o = 1000 + 1000 * e
+        m[0, e, 0:9] = [o, o + 100, o + 200, o + 250, o + 300, o + 320, o + 400, o + 900, o + 1000]
+    m[0, 1, 2:6] = 0  # no sample: its whole gate is "reload"
+    m[0, 2, 0:2] = [3000, 3050]
+    s = tool.SELECTOR
+    m[0, 0, s:s + 3] = [1000, 2000, 2500]
+    m[0, 1, s:s + 3] = [2500, 3000, 3400]
+    m[0, 2, s:s + 2] = [3400, 3500]
+    m[0, 0, tool.GLOBAL_START] = 500
+    m[0, 0, tool.GLOBAL_END] = 500 + (3500 - 1000) // 2  # 2 cycles a ns
+    return m
+
+
+def test_summary_shares_and_times():
+    tool = load_tool()
+    report = tool.summarise(synthetic_marks(tool), "synthetic")
+    lines = {line.split(":")[0].strip(): line for line in report.splitlines()}
+    assert "SM clock 2.00 GHz" in report and "2 items" in report
+    # The CTA's math span is 3050 - 1000 = 2050 cycles.
+    assert "9.8%" in lines["wait"]  # 2 x 100
+    assert "4.9%" in lines["sample"]  # 100, the sampled item only
+    assert "18.5%" in lines["reload"]  # 80 + 300 (the unsampled item's whole gate)
+    assert "48.8%" in lines["scan"]  # 2 x 500
+    assert "busy 43.9%, idle 73.2%" in report  # (500 + 400), (1000 + 500)
+
+
+def test_summary_without_marks_says_so():
+    tool = load_tool()
+    empty = np.zeros((tool.CTAS, tool.EVENTS, tool.MARKS), dtype=np.uint64)
+    assert "no marks" in tool.summarise(empty, "empty")
+
+
+def exported(library: Path) -> str:
+    return subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True).stdout
+
+
+@requires_nvcc
+def test_marks_only_where_asked_for(tmp_path):
+    """timeline.py build exports the marks; the same source built as the shipped kernels are has none."""
+    tool = load_tool()
+    variant = default_variant(32, 2048, gated=True)
+    assert subprocess.run([sys.executable, str(REPO / "tools" / "timeline.py"), "build", variant.name, "--out", str(tmp_path)],
+                          cwd=REPO).returncode == 0
+    marked = exported(tool.library_path(str(tmp_path), variant.name))
+    for export in ("mqa_topk_timeline_read", "mqa_topk_timeline_clear", "mqa_topk_timeline_bytes"):
+        assert export in marked
+    src = tmp_path / "plain.cu"
+    src.write_text(render(variant))
+    subprocess.run([nvcc_path(), *nvcc_flags(variant), "-o", str(tmp_path / "plain.so"), str(src)], check=True)
+    plain = exported(tmp_path / "plain.so")
+    assert "mqa_topk_launch" in plain and "mqa_topk_timeline" not in plain
+
+
+def test_timeline_refuses_streaming_variants(tmp_path):
+    tool = load_tool()
+    with pytest.raises(SystemExit, match="gated kernel only"):
+        tool.cmd_build(argparse.Namespace(variant=[default_variant(32, 2048, gated=False).name], out=str(tmp_path)))

@@ -1,0 +1,170 @@
+"""Where does a gated kernel's time go, phase by phase? Clock marks from inside one launch.
+
+Ablations (tools/ablate.py) place time by difference and ncu by warp samples; this reads the SM
+clock at the phase boundaries of every work item of every CTA (templates/common/timeline.cuh: the
+variant's source compiled with -DFUSED_MQA_TOPK_TIMELINE, otherwise unchanged) and sums them:
+
+    math warps, per item:  wait (Q tile, free slab) | sample scan | the gate: counts (a barrier),
+                           select (the sample's codes loaded, its radix select), max (its largest),
+                           reload (ranges, weights, slab pointers) | scan | hand-over (counts; with
+                           select_warps=0 the selection)
+    selector warps:        busy (one item's answers) | idle (waiting for a slab)
+    the launch:            how far the CTAs' ends spread (the tail)
+
+    python tools/timeline.py build VARIANT... --out .ablate                   # here: nvcc
+    python tools/timeline.py run VARIANT... --out .ablate --shape 16384x32768  # on the GPU
+
+Shares are of the CTAs' summed time on the math warps' clock (first mark to last). The marks are a
+global store by one thread a phase: a few hundred cycles an item, well under 1% of an item at 32K keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
+from generator.render import render  # noqa: E402
+
+DEFINE = "-DFUSED_MQA_TOPK_TIMELINE"
+CTAS, EVENTS, MARKS = 256, 128, 24  # timeline::kCtas, kEvents, kMarks
+# The math warps' marks 0..8 bound these phases in order; an item without a sample has no marks 2..5
+# (its gate is all "reload"). The selector warps' marks: 12 (waits for a slab), 13 (has it), 14 (done).
+MATH_PHASES = ("wait", "sample", "counts", "select", "max", "reload", "scan", "hand-over")
+SELECTOR, GLOBAL_START, GLOBAL_END = 12, 22, 23
+
+
+def library_path(out: str, name: str) -> Path:
+    return Path(out) / name / "timeline.so"
+
+
+def cmd_build(args) -> int:
+    ok = True
+    for name in args.variant:
+        variant = spec_from_name(name)
+        if not getattr(variant, "gated", False):
+            raise SystemExit(f"{name}: the timeline marks are in the gated kernel only")
+        lib = library_path(args.out, variant.name)
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        src = lib.with_suffix(".cu")
+        src.write_text(render(variant))
+        done = subprocess.run([nvcc_path(), *nvcc_flags(variant), DEFINE, "-o", str(lib), str(src)],
+                              capture_output=True, text=True)
+        lib.with_suffix(".log").write_text(done.stdout + done.stderr)
+        if done.returncode:
+            print(f"{name}: nvcc failed, see {lib.with_suffix('.log')}")
+            ok = False
+        else:
+            print(f"built {lib}")
+    return 0 if ok else 1
+
+
+def summarise(marks, label: str) -> str:
+    """The report of one launch's marks ([CTAS, EVENTS, MARKS] uint64, numpy)."""
+    import numpy as np
+
+    math = marks[:, :, 0:len(MATH_PHASES) + 1].astype(np.int64)
+    selector = marks[:, :, SELECTOR:SELECTOR + 3].astype(np.int64)
+    starts, ends = marks[:, 0, GLOBAL_START].astype(np.int64), marks[:, 0, GLOBAL_END].astype(np.int64)
+    ctas = np.nonzero(starts)[0]
+    phase = dict.fromkeys(MATH_PHASES, 0)
+    busy = idle = items = span_cycles = 0
+    rates = []
+    for c in ctas:
+        done = np.nonzero(math[c, :, -1])[0]  # items the math warps finished
+        if len(done) == 0:
+            continue
+        first = math[c, 0, 0]
+        last_event = done[-1] + 1  # the end-of-work event follows the last item
+        cta_end = math[c, last_event, 1] if last_event < EVENTS and math[c, last_event, 1] else math[c, done[-1], -1]
+        for e in done:
+            m = math[c, e].copy()
+            if m[2] == 0:  # no sample: marks 2..5 at mark 1
+                m[2:6] = m[1]
+            for i, name in enumerate(MATH_PHASES):
+                phase[name] += m[i + 1] - m[i]
+        items += len(done)
+        span_cycles += cta_end - first
+        sel_done = np.nonzero(selector[c, :, 2])[0]
+        for e in sel_done:
+            busy += selector[c, e, 2] - selector[c, e, 1]
+            idle += selector[c, e, 1] - selector[c, e, 0]
+        if ends[c] > starts[c]:  # cycles per ns: the CTA's clock span against its global-timer span
+            clocks = marks[c][:, [m for m in range(MARKS) if m not in (GLOBAL_START, GLOBAL_END)]].astype(np.int64)
+            rates.append((clocks.max() - first) / (ends[c] - starts[c]))
+    if not items:
+        return f"{label}: no marks (was the library built by `timeline.py build`?)"
+    ghz = float(np.median(rates)) if rates else 0.0
+    us = (lambda cycles: cycles / ghz / 1e3 / items) if ghz else (lambda cycles: float("nan"))
+    lines = [f"{label}: {len(ctas)} CTAs, {items} items ({items / len(ctas):.1f} a CTA), SM clock {ghz:.2f} GHz"]
+    lines.append("  math warps, share of the CTAs' time and mean us an item:")
+    for name, cycles in phase.items():
+        lines.append(f"    {name:>10}: {cycles / span_cycles:6.1%}  {us(cycles):8.2f} us")
+    lines.append(f"    {'other':>10}: {1 - sum(phase.values()) / span_cycles:6.1%}")
+    if busy or idle:
+        lines.append(f"  selector warps: busy {busy / span_cycles:.1%}, idle {idle / span_cycles:.1%} "
+                     f"({us(busy):.2f} / {us(idle):.2f} us an item)")
+    live = ends[ctas] > 0
+    if live.any():
+        first_end, last_end = ends[ctas][live].min(), ends[ctas][live].max()
+        launch = last_end - starts[ctas].min()
+        lines.append(f"  launch {launch / 1e3:.1f} us; the CTAs' ends spread over the last "
+                     f"{(last_end - first_end) / 1e3:.1f} us ({(last_end - first_end) / launch:.1%})")
+    return "\n".join(lines)
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+    import torch
+
+    from runtime.fused import launch_variant
+    from runtime.loader import KernelLibrary
+    from runtime.workloads import make_workload
+
+    for name in args.variant:
+        variant = spec_from_name(name)
+        path = library_path(args.out, variant.name)
+        lib = KernelLibrary(variant, str(path))
+        raw = ctypes.CDLL(str(path))
+        raw.mqa_topk_timeline_bytes.restype = ctypes.c_size_t
+        raw.mqa_topk_timeline_read.argtypes = [ctypes.c_void_p]
+        assert raw.mqa_topk_timeline_bytes() == CTAS * EVENTS * MARKS * 8, "timeline.cuh's sizes changed"
+        for spec in args.shape:
+            rows, keys = (int(x) for x in spec.split("x"))
+            wl = make_workload(args.family, rows, keys, variant.heads, variant.top_k, seed=1, device="cuda")
+            run = lambda stats=None: launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks,  # noqa: E731
+                                                    wl.ke, wl.top_k, lib=lib, stats=stats)
+            run()  # warm-up (and the module load)
+            torch.cuda.synchronize()
+            if raw.mqa_topk_timeline_clear():
+                raise SystemExit("mqa_topk_timeline_clear failed")
+            stats: dict = {}
+            run(stats)
+            torch.cuda.synchronize()
+            marks = np.zeros((CTAS, EVENTS, MARKS), dtype=np.uint64)
+            if raw.mqa_topk_timeline_read(marks.ctypes.data):
+                raise SystemExit("mqa_topk_timeline_read failed")
+            label = (f"{variant.name} {rows}x{keys} {args.family} ({stats.get('rescan_blocks')} blocks rescanned, "
+                     f"{stats.get('split_blocks')} split)")
+            print(summarise(marks, label), flush=True)
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=("build", "run"))
+    p.add_argument("variant", nargs="+")
+    p.add_argument("--out", default=".ablate")
+    p.add_argument("--shape", action="append", default=[], metavar="MxN")
+    p.add_argument("--family", default="random", help="workload family (runtime/workloads.py)")
+    args = p.parse_args()
+    return cmd_build(args) if args.what == "build" else cmd_run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
