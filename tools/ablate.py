@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
+from tools.cli import variant_tool_parser  # noqa: E402
 from generator.dense_variant import DenseVariant  # noqa: E402
 from generator.render import render  # noqa: E402
 
@@ -156,11 +157,7 @@ def cmd_time(args) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("build", "time"))
-    p.add_argument("variant", nargs="+")
-    p.add_argument("--out", default=".ablate")
-    p.add_argument("--shape", action="append", default=[], metavar="MxN")
+    p = variant_tool_parser(__doc__, ("build", "time"))
     p.add_argument("--only", action="append", help="time only these builds (baseline, an ablation's or an --as name)")
     p.add_argument("--as", dest="as_name", help="build: only the unpatched source, as <AS>.so (e.g. prev, new)")
     args = p.parse_args()

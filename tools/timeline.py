@@ -20,7 +20,6 @@ global store by one thread a phase: a few hundred cycles an item, well under 1% 
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
+from tools.cli import variant_tool_parser  # noqa: E402
 from generator.render import render  # noqa: E402
 
 DEFINE = "-DFUSED_MQA_TOPK_TIMELINE"
@@ -156,11 +156,7 @@ def cmd_run(args) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("build", "run"))
-    p.add_argument("variant", nargs="+")
-    p.add_argument("--out", default=".ablate")
-    p.add_argument("--shape", action="append", default=[], metavar="MxN")
+    p = variant_tool_parser(__doc__, ("build", "run"))
     p.add_argument("--family", default="random", help="workload family (runtime/workloads.py)")
     args = p.parse_args()
     return cmd_build(args) if args.what == "build" else cmd_run(args)
