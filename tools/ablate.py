@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
-from tools.cli import variant_tool_parser  # noqa: E402
 from generator.dense_variant import DenseVariant  # noqa: E402
 from generator.render import render  # noqa: E402
+from tools.cli import variant_tool_parser  # noqa: E402
 
 # name -> ([(regex, replacement), ...], what it leaves out), per kind of kernel
 # The head sums with w |x| for w relu(x): one FFMA an element instead of FMNMX + FFMA, i.e. what the

@@ -1,7 +1,8 @@
-// Phase timestamps of the gated kernel (one thread of each role marks: `leader`), for tools/timeline.py: where a CTA's time goes, block by block
-// (the sample, its gate, the scan, the hand-over; the selector warps' busy and idle spans), which
-// ablations can only infer by difference. Compiled in only with -DFUSED_MQA_TOPK_TIMELINE, which the
-// tool passes; otherwise TIMELINE_MARK expands to nothing and the kernel is unchanged.
+// Phase timestamps of the gated kernel for tools/timeline.py (one thread of each role marks: `leader`):
+// where a CTA's time goes, block by block (the sample, its gate, the scan, the hand-over; the selector
+// warps' busy and idle spans), which ablations can only infer by difference. Compiled in only with
+// -DFUSED_MQA_TOPK_TIMELINE, which the tool passes; otherwise the marks are no-ops (`(void)(leader)`)
+// and the kernel is unchanged.
 #ifdef FUSED_MQA_TOPK_TIMELINE
 namespace timeline {
 constexpr int kCtas = 256;    // CTAs recorded (blockIdx.x below this)
