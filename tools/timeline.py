@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
-from tools.cli import variant_tool_parser  # noqa: E402
 from generator.render import render  # noqa: E402
+from tools.cli import variant_tool_parser  # noqa: E402
 
 DEFINE = "-DFUSED_MQA_TOPK_TIMELINE"
 CTAS, EVENTS, MARKS = 256, 128, 24  # timeline::kCtas, kEvents, kMarks
