@@ -45,7 +45,7 @@ def synthetic_marks(tool):
 
 def test_summary_shares_and_times():
     tool = load_tool()
-    report = tool.summarise(synthetic_marks(tool), "synthetic")
+    report = tool.report([tool.launch_phases(synthetic_marks(tool))], "synthetic")
     lines = {line.split(":")[0].strip(): line for line in report.splitlines()}
     assert "SM clock 2.00 GHz" in report and "2 items" in report
     # The CTA's math span is 3050 - 1000 = 2050 cycles.
@@ -59,7 +59,8 @@ def test_summary_shares_and_times():
 def test_summary_without_marks_says_so():
     tool = load_tool()
     empty = np.zeros((tool.CTAS, tool.EVENTS, tool.MARKS), dtype=np.uint64)
-    assert "no marks" in tool.summarise(empty, "empty")
+    assert tool.launch_phases(empty) is None
+    assert "no marks" in tool.report([None], "empty")
 
 
 def exported(library: Path) -> str:
@@ -87,3 +88,15 @@ def test_timeline_refuses_streaming_variants(tmp_path):
     tool = load_tool()
     with pytest.raises(SystemExit, match="gated kernel only"):
         tool.cmd_build(argparse.Namespace(variant=[default_variant(32, 2048, gated=False).name], out=str(tmp_path)))
+
+
+def test_report_takes_medians_over_launches():
+    tool = load_tool()
+    usual = tool.launch_phases(synthetic_marks(tool)) | {"ms": 1.0}
+    slow = tool.launch_phases(synthetic_marks(tool) * 2) | {"ms": 3.0}  # every span doubled, shares unchanged
+    odd = dict(usual, wait=usual["wait"] * 5, ms=2.0)
+    text = tool.report([usual, odd, slow], "three")
+    assert "medians of 3 launch(es)" in text
+    wait = next(line for line in text.splitlines() if line.strip().startswith("wait:"))
+    assert "9.8%" in wait  # the odd launch's wait is not the median
+    assert "launch 2.000 ms by CUDA events (min 1.000, max 3.000)" in text

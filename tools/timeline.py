@@ -1,4 +1,4 @@
-"""Where does a gated kernel's time go, phase by phase? Clock marks from inside one launch.
+"""Where does a gated kernel's time go, phase by phase? Clock marks from inside its launches.
 
 Ablations (tools/ablate.py) place time by difference and ncu by warp samples; this reads the SM
 clock at the phase boundaries of every work item of every CTA (templates/common/timeline.cuh: the
@@ -12,10 +12,12 @@ variant's source compiled with -DFUSED_MQA_TOPK_TIMELINE, otherwise unchanged) a
     the launch:            how far the CTAs' ends spread (the tail)
 
     python tools/timeline.py build VARIANT... --out .ablate                   # here: nvcc
-    python tools/timeline.py run VARIANT... --out .ablate --shape 16384x32768  # on the GPU
+    python tools/timeline.py run VARIANT... --out .ablate --shape 16384x32768 [--launches 5]  # on the GPU
 
-Shares are of the CTAs' summed time on the math warps' clock (first mark to last). The marks are a
-global store by one thread a phase: a few hundred cycles an item, well under 1% of an item at 32K keys.
+Shares are of the CTAs' summed time on the math warps' clock (first mark to last); each figure is the
+median over the launches, and so is the launch's time by CUDA events (one launch's reading varies by
+a few percent: compare builds by these medians, alternated). The marks are a global store by one
+thread a phase: a few hundred cycles an item, well under 1% of an item at 32K keys.
 """
 
 from __future__ import annotations
@@ -64,16 +66,16 @@ def cmd_build(args) -> int:
     return 0 if ok else 1
 
 
-def summarise(marks, label: str) -> str:
-    """The report of one launch's marks ([CTAS, EVENTS, MARKS] uint64, numpy)."""
+def launch_phases(marks) -> dict | None:
+    """One launch's sums from its marks ([CTAS, EVENTS, MARKS] uint64, numpy): cycles per math phase and
+    of the selector warps' busy and idle spans, over every CTA; None where nothing was marked."""
     import numpy as np
 
     math = marks[:, :, 0:len(MATH_PHASES) + 1].astype(np.int64)
     selector = marks[:, :, SELECTOR:SELECTOR + 3].astype(np.int64)
     starts, ends = marks[:, 0, GLOBAL_START].astype(np.int64), marks[:, 0, GLOBAL_END].astype(np.int64)
     ctas = np.nonzero(starts)[0]
-    phase = dict.fromkeys(MATH_PHASES, 0)
-    busy = idle = items = span_cycles = 0
+    out = dict.fromkeys(MATH_PHASES, 0) | {"busy": 0, "idle": 0, "items": 0, "span": 0, "ctas": len(ctas)}
     rates = []
     for c in ctas:
         done = np.nonzero(math[c, :, -1])[0]  # items the math warps finished
@@ -87,34 +89,54 @@ def summarise(marks, label: str) -> str:
             if m[2] == 0:  # no sample: marks 2..5 at mark 1
                 m[2:6] = m[1]
             for i, name in enumerate(MATH_PHASES):
-                phase[name] += m[i + 1] - m[i]
-        items += len(done)
-        span_cycles += cta_end - first
-        sel_done = np.nonzero(selector[c, :, 2])[0]
-        for e in sel_done:
-            busy += selector[c, e, 2] - selector[c, e, 1]
-            idle += selector[c, e, 1] - selector[c, e, 0]
+                out[name] += m[i + 1] - m[i]
+        out["items"] += len(done)
+        out["span"] += cta_end - first
+        for e in np.nonzero(selector[c, :, 2])[0]:
+            out["busy"] += selector[c, e, 2] - selector[c, e, 1]
+            out["idle"] += selector[c, e, 1] - selector[c, e, 0]
         if ends[c] > starts[c]:  # cycles per ns: the CTA's clock span against its global-timer span
             clocks = marks[c][:, [m for m in range(MARKS) if m not in (GLOBAL_START, GLOBAL_END)]].astype(np.int64)
             rates.append((clocks.max() - first) / (ends[c] - starts[c]))
-    if not items:
+    if not out["items"]:
+        return None
+    out["ghz"] = float(np.median(rates)) if rates else float("nan")
+    live = ctas[ends[ctas] > 0]
+    out["end_spread_ns"] = int(ends[live].max() - ends[live].min()) if len(live) else 0
+    out["launch_ns"] = int(ends[live].max() - starts[ctas].min()) if len(live) else 0
+    return out
+
+
+def report(launches: list, label: str) -> str:
+    """Medians over launches (launch_phases' dicts; a "ms" entry, where timed, is the launch's time by
+    CUDA events): each phase's share of the CTAs' time and its mean per item."""
+    import statistics
+
+    if not launches or any(x is None for x in launches):
         return f"{label}: no marks (was the library built by `timeline.py build`?)"
-    ghz = float(np.median(rates)) if rates else 0.0
-    us = (lambda cycles: cycles / ghz / 1e3 / items) if ghz else (lambda cycles: float("nan"))
-    lines = [f"{label}: {len(ctas)} CTAs, {items} items ({items / len(ctas):.1f} a CTA), SM clock {ghz:.2f} GHz"]
+
+    def med(f):
+        return statistics.median(f(x) for x in launches)
+
+    def us(key):
+        return med(lambda x: x[key] / x["ghz"] / 1e3 / x["items"])
+
+    first = launches[0]
+    lines = [f"{label}: {first['ctas']} CTAs, {first['items']} items ({first['items'] / first['ctas']:.1f} a CTA), "
+             f"SM clock {med(lambda x: x['ghz']):.2f} GHz; medians of {len(launches)} launch(es)"]
     lines.append("  math warps, share of the CTAs' time and mean us an item:")
-    for name, cycles in phase.items():
-        lines.append(f"    {name:>10}: {cycles / span_cycles:6.1%}  {us(cycles):8.2f} us")
-    lines.append(f"    {'other':>10}: {1 - sum(phase.values()) / span_cycles:6.1%}")
-    if busy or idle:
-        lines.append(f"  selector warps: busy {busy / span_cycles:.1%}, idle {idle / span_cycles:.1%} "
-                     f"({us(busy):.2f} / {us(idle):.2f} us an item)")
-    live = ends[ctas] > 0
-    if live.any():
-        first_end, last_end = ends[ctas][live].min(), ends[ctas][live].max()
-        launch = last_end - starts[ctas].min()
-        lines.append(f"  launch {launch / 1e3:.1f} us; the CTAs' ends spread over the last "
-                     f"{(last_end - first_end) / 1e3:.1f} us ({(last_end - first_end) / launch:.1%})")
+    for name in MATH_PHASES:
+        lines.append(f"    {name:>10}: {med(lambda x: x[name] / x['span']):6.1%}  {us(name):8.2f} us")
+    lines.append(f"    {'other':>10}: {med(lambda x: 1 - sum(x[n] for n in MATH_PHASES) / x['span']):6.1%}")
+    if first["busy"] or first["idle"]:
+        lines.append(f"  selector warps: busy {med(lambda x: x['busy'] / x['span']):.1%}, "
+                     f"idle {med(lambda x: x['idle'] / x['span']):.1%} ({us('busy'):.2f} / {us('idle'):.2f} us an item)")
+    if first["launch_ns"]:
+        lines.append(f"  launch {med(lambda x: x['launch_ns']) / 1e3:.1f} us by the global timer; the CTAs' ends spread "
+                     f"over the last {med(lambda x: x['end_spread_ns']) / 1e3:.1f} us")
+    if "ms" in first:
+        times = sorted(x["ms"] for x in launches)
+        lines.append(f"  launch {med(lambda x: x['ms']):.3f} ms by CUDA events (min {times[0]:.3f}, max {times[-1]:.3f})")
     return "\n".join(lines)
 
 
@@ -140,24 +162,34 @@ def cmd_run(args) -> int:
             run = lambda stats=None: launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks,  # noqa: E731
                                                     wl.ke, wl.top_k, lib=lib, stats=stats)
             run()  # warm-up (and the module load)
-            torch.cuda.synchronize()
-            if raw.mqa_topk_timeline_clear():
-                raise SystemExit("mqa_topk_timeline_clear failed")
             stats: dict = {}
-            run(stats)
-            torch.cuda.synchronize()
-            marks = np.zeros((CTAS, EVENTS, MARKS), dtype=np.uint64)
-            if raw.mqa_topk_timeline_read(marks.ctypes.data):
-                raise SystemExit("mqa_topk_timeline_read failed")
+            launches = []
+            for _ in range(args.launches):
+                torch.cuda.synchronize()
+                if raw.mqa_topk_timeline_clear():
+                    raise SystemExit("mqa_topk_timeline_clear failed")
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run(stats)
+                end.record()
+                end.synchronize()
+                marks = np.zeros((CTAS, EVENTS, MARKS), dtype=np.uint64)
+                if raw.mqa_topk_timeline_read(marks.ctypes.data):
+                    raise SystemExit("mqa_topk_timeline_read failed")
+                phases = launch_phases(marks)
+                if phases is not None:
+                    phases["ms"] = start.elapsed_time(end)
+                launches.append(phases)
             label = (f"{variant.name} {rows}x{keys} {args.family} ({stats.get('rescan_blocks')} blocks rescanned, "
                      f"{stats.get('split_blocks')} split)")
-            print(summarise(marks, label), flush=True)
+            print(report(launches, label), flush=True)
     return 0
 
 
 def main() -> int:
     p = variant_tool_parser(__doc__, ("build", "run"))
     p.add_argument("--family", default="random", help="workload family (runtime/workloads.py)")
+    p.add_argument("--launches", type=int, default=5, help="launches marked, reported as medians")
     args = p.parse_args()
     return cmd_build(args) if args.what == "build" else cmd_run(args)
 
