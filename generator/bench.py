@@ -1,7 +1,8 @@
 """`python -m generator bench`: the dense path's parts and the fused kernel, timed in one run.
 
 Prints, for the GPU it runs on:
-  * torch._scaled_mm fp8 throughput at 8192^3 (the ceiling every rate below is compared with);
+  * torch._scaled_mm fp8 throughput at 8192^3 (the ceiling every rate below is compared with), in a
+    burst and sustained for --sustain seconds (a power-capped GPU clocks lower under sustained load);
   * per causal chunk shape: the logits kernel alone (all pieces; TFLOP/s over visible pairs), the
     whole dense path (logits + our top-k), and any fused variants named, each verified on sampled rows;
   * our top-k kernel against torch.topk on the same [rows, keys] fp32 logits, checked exact.
@@ -36,12 +37,23 @@ def fused_variant(name: str, heads: int, top_k: int, rows: int, keys: int) -> Va
     return default_variant(heads, top_k) if name == "default" else Variant.from_name(name)
 
 
-def scaled_mm_tflops(n: int = 8192) -> float:
+def scaled_mm_op(n: int = 8192):
+    """One fp8 torch._scaled_mm of n^3 on random data, as a closure (and its FLOPs)."""
     a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).T
     one = torch.ones((), device="cuda")
-    ms = median_ms(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), warmup=3, reps=20)
-    return 2 * n**3 / (ms * 1e-3) / 1e12
+    return (lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)), 2 * n**3
+
+
+def scaled_mm_tflops(n: int = 8192, seconds: float = 0.0) -> float:
+    """torch._scaled_mm's fp8 rate at n^3: the median of a burst of 20 products, or with `seconds`, of
+    products run back to back for that long. The two differ on a power-capped card: an H200 holds its
+    700 W cap under sustained load, and there this rate fell from about 1,450 (burst) to 1,230 TFLOP/s
+    at 1,410 MHz, while a 70 ms fused launch held 1,725 MHz (tools/clocks.py; BENCHMARKS.md, session
+    14). A launch timed over seconds is held to the sustained floor."""
+    op, flops = scaled_mm_op(n)
+    ms = median_ms(op, warmup=3, reps=1 << 30, max_seconds=seconds) if seconds else median_ms(op, warmup=3, reps=20)
+    return flops / (ms * 1e-3) / 1e12
 
 
 def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=None) -> float:
@@ -113,7 +125,10 @@ def main(args) -> int:
             log.write(json.dumps({"kind": kind, "gpu": gpu, **row}) + "\n")
 
     peak = scaled_mm_tflops()
-    emit("scaled_mm", {"tflops": peak}, f"torch._scaled_mm fp8 8192^3: {peak:.0f} TFLOP/s on {gpu}")
+    sustained = scaled_mm_tflops(seconds=args.sustain) if args.sustain else peak
+    emit("scaled_mm", {"tflops": peak, "sustained_tflops": sustained},
+         f"torch._scaled_mm fp8 8192^3: {peak:.0f} TFLOP/s on {gpu} (a burst of 20); {sustained:.0f} sustained over "
+         f"{args.sustain:g} s")
     ok = True
     for spec in args.shape:
         rows, keys = (int(x) for x in spec.split("x"))
@@ -122,6 +137,7 @@ def main(args) -> int:
                 wl = make_workload("random", rows, keys, heads, top_k, seed=1, device="cuda")
                 pairs = visible_pairs(wl.ks, wl.ke)
                 floor_ms = 2 * heads * 128 * pairs / (peak * 1e12) * 1e3
+                sustained_floor_ms = floor_ms * peak / sustained
                 lg = logits_only_ms(wl, args.budget)
                 for name in args.dense:
                     dv = DenseVariant.from_name(name)
@@ -142,10 +158,11 @@ def main(args) -> int:
                                      warmup=1, reps=5)
                 row = {"rows": rows, "keys": keys, "heads": heads, "top_k": top_k, "logits_ms": lg, "topk_ms": tk,
                        "logits_tflops": scoring_tflops(pairs, heads, lg), "logits_vs_scaled_mm": scoring_tflops(pairs, heads, lg) / peak,
-                       "dense_ms": dense_ms, "dense_verified": rep.ok, "floor_ms": floor_ms}
+                       "dense_ms": dense_ms, "dense_verified": rep.ok, "floor_ms": floor_ms,
+                       "sustained_floor_ms": sustained_floor_ms}
                 emit("dense", row, f"M={rows} N={keys} H={heads} k={top_k}: logits {lg:.2f} ms "
                      f"({row['logits_tflops']:.0f} TFLOP/s, {row['logits_vs_scaled_mm']:.2f} of _scaled_mm), dense total "
-                     f"{dense_ms:.2f} ms [{rep.summary()}], fp8 floor {floor_ms:.2f} ms"
+                     f"{dense_ms:.2f} ms [{rep.summary()}], fp8 floor {floor_ms:.2f} ms ({sustained_floor_ms:.2f} sustained)"
                      + (f", top-k alone {tk:.2f} ms" if tk is not None else ""))
                 for name in args.fused:
                     v = fused_variant(name, heads, top_k, rows, keys)
@@ -163,8 +180,10 @@ def main(args) -> int:
                     emit("fused", {"variant": name, "rows": rows, "keys": keys, "heads": heads, "top_k": top_k,
                                    "rescan_blocks": stats.get("rescan_blocks"), "split_blocks": stats.get("split_blocks"),
                                    "fused_ms": fms, "dense_ms": dense_ms, "speedup": dense_ms / fms,
-                                   "floor_fraction": floor_ms / fms, "verified": frep.ok},
+                                   "floor_fraction": floor_ms / fms, "sustained_floor_fraction": sustained_floor_ms / fms,
+                                   "verified": frep.ok},
                          f"  fused {name}: {fms:.2f} ms = {dense_ms / fms:.2f}x dense, {floor_ms / fms:.2f} of the fp8 floor "
+                         f"({sustained_floor_ms / fms:.2f} of the sustained one) "
                          f"[{frep.summary()}{rescans}]")
     for spec in args.topk:
         rows, keys = (int(x) for x in spec.split("x"))
@@ -186,6 +205,8 @@ def add_arguments(p) -> None:
                    help="also time this fused variant ('default': the default variant of each heads/top-k; "
                         "'table': the tuned table's variant for the shape, as the runtime picks it)")
     p.add_argument("--topk", action="append", default=[], metavar="RxN", help="our top-k vs torch.topk on [R, N] logits")
+    p.add_argument("--sustain", type=float, default=3.0, metavar="SECONDS",
+                   help="also time _scaled_mm back to back for this long: the floor under sustained load (0: skip)")
     p.add_argument("--budget", type=int, default=512 << 20, help="dense logits budget in bytes (default 512 MiB)")
     p.add_argument("--dense", action="append", default=[], metavar="VARIANT", help="also time this dense variant's logits")
     p.add_argument("--topk-alone", action="store_true", help="time our top-k over the whole chunk's logits (needs rows x keys x 4 bytes)")

@@ -133,13 +133,9 @@ def test_cli_list_and_render(tmp_cache):
 def test_ablations_still_patch_the_templates():
     """tools/ablate.py places a kernel's time by textual patches of the rendered source; each must
     still match (a stale one would time the baseline twice under another name)."""
-    import importlib.util
-
     from generator.dense_variant import default_dense_variant
+    from tools import ablate as tool
 
-    spec = importlib.util.spec_from_file_location("ablate", REPO / "tools" / "ablate.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
     for variant in (default_dense_variant(32, 2048), default_variant(32, 2048, gated=True)):
         sources = tool.sources(variant)
         assert set(sources) == {"baseline", *tool.ablations(variant)}
@@ -158,12 +154,9 @@ def test_ablations_still_patch_the_templates():
 
 
 def _sass_tool():
-    import importlib.util
+    from tools import sass
 
-    spec = importlib.util.spec_from_file_location("sass", REPO / "tools" / "sass.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    return sass
 
 
 def test_sass_tool_finds_the_innermost_product_loops():

@@ -2,7 +2,6 @@
 only on request (the shipped kernels carry none)."""
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +18,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location("timeline", REPO / "tools" / "timeline.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    from tools import timeline
+
+    return timeline
 
 
 def synthetic_marks(tool):
