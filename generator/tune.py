@@ -36,11 +36,13 @@ TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_ti
 NEIGHBOR_AXES = ("select_warps", "sample_tiles", "stages", "buffer", "key_tile", "warps", "rows", "mma")
 # (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context. The
 # runtime takes the nearest bucket on a log scale, so a table needs both sides of every crossover:
-# fused/dense (on an H200 fused now wins from 32K keys up, by 1.02x to 2.14x) and between variants
-# (three gated warpgroups win at 128K keys, two of two slices at 512K: BENCHMARKS.md, session 6).
-# A full 16K-row chunk at 32K keys has its own bucket: it is as far from 4K x 32K as from 16K x 128K.
-DEFAULT_SHAPES = ((4096, 32_768), (16_384, 32_768), (16_384, 131_072), (16_384, 262_144), (16_384, 524_288),
-                  (16_384, 1_048_576))
+# fused/dense (on an H200 fused wins from 32K keys up, by 1.1x to 2.2x; at 8K keys the 32K bucket's
+# variant took twice the dense path's time, 1.55 against 0.81 ms at 4K rows: BENCHMARKS.md, session
+# 14) and between variants (three gated warpgroups win at 128K keys, two of two slices at 512K:
+# session 6). A full 16K-row chunk at 32K keys has its own bucket: it is as far from 4K x 32K as from
+# 16K x 128K; 16K x 16K is the first chunk of every long prompt.
+DEFAULT_SHAPES = ((4096, 8192), (4096, 16_384), (16_384, 16_384), (4096, 32_768), (16_384, 32_768), (16_384, 131_072),
+                  (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576))
 
 
 @dataclass(frozen=True, order=True)
@@ -340,7 +342,7 @@ def add_arguments(p) -> None:
     p.add_argument("--trials", type=int, default=12,
                    help="measured trials per bucket (default 12: the starting points, the table's choice and the "
                         "best point's neighbours; in session 7, 28 of the 30 H200 winners were not a starting point)")
-    p.add_argument("--time-budget", type=float, default=20.0, help="minutes; buckets left when it runs out are skipped")
+    p.add_argument("--time-budget", type=float, default=25.0, help="minutes; buckets left when it runs out are skipped")
     p.add_argument("--storage", help="optuna storage URL (e.g. sqlite:///tune.db) to resume studies")
     p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: tuned_configs/)")
     p.add_argument("--refresh", action="store_true",

@@ -60,8 +60,10 @@ def test_every_shipped_variant_compiles(tmp_cache):
                 # (16-48 bytes stored in the shipped variants, a load at the top of two of their
                 # passes' loops), off the critical path; the math warps' scan, at 152-224, must not.
                 # With a selector warpgroup more the math warpgroups have 200 registers, and three
-                # per-block values (20 bytes) spill outside the scan loop (tools/sass.py shows which).
-                limit = 96 if p.variant.select_warps > 3 else 64
+                # per-block values (20 bytes) spill outside the scan loop (tools/sass.py shows which);
+                # at H = 64 the selector warps' passes spill 104 bytes (session 14's short-context
+                # buckets ship them), the scan and sample loops none.
+                limit = 112 if p.variant.select_warps > 3 else 64
                 assert report.spill_store_bytes <= limit, (p.variant.name, kernel, report)
             elif getattr(p.variant, "mma", "wgmma") == "wgmma":  # every other Hopper kernel stays spill-free
                 assert report.clean, (p.variant.name, kernel, report)

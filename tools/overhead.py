@@ -1,0 +1,87 @@
+"""How much of a fused call's time is not the kernel? One shape, timed four ways on the GPU.
+
+`bench` and `ablate` time each call alone: CUDA events around launch_variant, synchronised between
+calls. That counts whatever the GPU waits for while Python prepares the launch (the block order's
+torch ops, the workspace, the tensor maps, two kernel launches), which matters for short chunks. This
+tool separates it:
+
+    alone        events around one call, synchronised before it (what bench reports)
+    queued       20 calls back to back, events around all, divided by 20 (the host runs ahead
+                 unless it is slower than the GPU)
+    graph        the same 20 calls captured in a CUDA graph and replayed (GPU time only)
+    order        the block order (runtime.fused.heaviest_first) alone, graph-replayed
+
+and the dense path's call alone and graph-replayed, for comparison (its pieces launch two kernels
+each).
+
+    python3 tools/overhead.py VARIANT --shape 4096x32768 [--shape ...]     # on the GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CALLS = 20
+
+
+def per_call_ms(fn, graph: bool = False) -> float:
+    """Median over 5 timings of CALLS calls of fn, each timing divided by CALLS."""
+    import torch
+
+    from generator.timing import median_ms
+
+    if not graph:
+        return median_ms(lambda: [fn() for _ in range(CALLS)], warmup=1, reps=5) / CALLS
+    fn()  # (loads, allocations and the workspace's first use outside the capture)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(CALLS):
+            fn()
+    return median_ms(g.replay, warmup=1, reps=5) / CALLS
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("variant")
+    p.add_argument("--shape", action="append", default=[], metavar="MxN")
+    args = p.parse_args()
+
+    import torch
+
+    from generator.build import spec_from_name
+    from generator.timing import median_ms
+    from runtime.dense import dense_mqa_topk
+    from runtime.fused import heaviest_first, launch_variant
+    from runtime.workloads import make_workload
+
+    variant = spec_from_name(args.variant)
+    for spec in args.shape or ["4096x32768"]:
+        rows, keys = (int(x) for x in spec.split("x"))
+        wl = make_workload("random", rows, keys, variant.heads, variant.top_k, seed=1, device="cuda")
+        out = torch.empty((rows, variant.top_k), dtype=torch.int32, device="cuda")
+        call = lambda: launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke,  # noqa: E731
+                                      variant.top_k, out=out)
+        alone = median_ms(call, warmup=2, reps=15)
+        queued = per_call_ms(call)
+        graph = per_call_ms(call, graph=True)
+        order = per_call_ms(lambda: heaviest_first(wl.ks, wl.ke, variant.rows), graph=True)
+        print(f"{variant.name} {rows}x{keys}: alone {alone:.3f} ms, queued {queued:.3f}, graph {graph:.3f}, "
+              f"block order {order * 1e3:.1f} us; not the kernels: {alone - graph:.3f} ms "
+              f"({(alone - graph) / alone:.1%} of the call alone)", flush=True)
+        dense = lambda: dense_mqa_topk(*wl.args(), validate=False)  # noqa: E731
+        dense_alone = median_ms(dense, warmup=2, reps=15)
+        try:
+            dense_graph = f"{per_call_ms(dense, graph=True):.3f}"
+        except RuntimeError as e:  # (a path that cannot be captured says why)
+            dense_graph = f"not capturable ({str(e).splitlines()[0]})"
+        print(f"  dense path: alone {dense_alone:.3f} ms, graph {dense_graph}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
