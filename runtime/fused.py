@@ -12,12 +12,14 @@ from .dispatch import choose_variant
 from .loader import aligned16, load
 
 
-def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, rows_per_block: int) -> torch.Tensor:
-    """Row blocks ordered by their longest row's visible keys, most first (persistent CTAs claim
-    them in this order, so the long blocks start early and the short ones fill the tail)."""
+def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, keys: int, rows_per_block: int) -> torch.Tensor:
+    """Row blocks ordered by their longest row's visible keys, most first, ties by block index: the
+    order persistent CTAs claim them in (so the long blocks start early and the short ones fill the
+    tail). The libraries make it on the GPU themselves (templates/common/block_order.cuh); this is
+    its definition, which the GPU tests hold them to."""
     rows = ks.shape[0]
     blocks = -(-rows // rows_per_block)
-    visible = (ke - ks).clamp(min=0)
+    visible = (ke.clamp(max=keys) - ks.clamp(min=0)).clamp(min=0)
     visible = torch.nn.functional.pad(visible, (0, blocks * rows_per_block - rows))
     return visible.view(blocks, rows_per_block).amax(1).argsort(descending=True, stable=True).to(torch.int32)
 
@@ -45,12 +47,11 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
         return out.fill_(-1)
     lib = lib or load(variant)
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
-    order = heaviest_first(ks, ke, variant.rows)
     with torch.cuda.device(q.device):
         workspace = torch.empty(lib.workspace_bytes(rows), dtype=torch.uint8, device=q.device)
         stream = torch.cuda.current_stream(q.device).cuda_stream
         lib.launch(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
-                   ke.data_ptr(), out.data_ptr(), order.data_ptr(), workspace.data_ptr(), rows, keys, stream)
+                   ke.data_ptr(), out.data_ptr(), workspace.data_ptr(), rows, keys, stream)
     if stats is not None and variant.gated:
         counters = workspace[:16].view(torch.int32).tolist()  # the launcher's counters
         stats["rescan_blocks"], stats["split_blocks"] = counters[1], counters[3]

@@ -41,8 +41,10 @@ class KernelLibrary(_Library):
 
     def __init__(self, variant: Variant, path: str):
         super().__init__(variant, path, "mqa_topk")
-        self._lib.mqa_topk_launch.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-        self._int_functions("mqa_topk_launch", "mqa_topk_smem_bytes", "mqa_topk_threads", "mqa_topk_rows_per_block")
+        self._lib.mqa_topk_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        self._lib.mqa_topk_block_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 2
+        self._int_functions("mqa_topk_launch", "mqa_topk_block_order", "mqa_topk_smem_bytes", "mqa_topk_threads",
+                            "mqa_topk_rows_per_block")
         self._lib.mqa_topk_workspace_bytes.argtypes = [ctypes.c_int]
         self._lib.mqa_topk_workspace_bytes.restype = ctypes.c_longlong
 
@@ -53,10 +55,14 @@ class KernelLibrary(_Library):
             raise RuntimeError(f"{self.variant.name}: cannot size the workspace (no CUDA device?)")
         return n
 
-    def launch(self, q, k, k_scale, weights, ks, ke, out, block_order, workspace, rows: int, keys: int,
-               stream: int) -> None:
-        self._check(self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, block_order, workspace, rows,
-                                              keys, stream), "launch")
+    def launch(self, q, k, k_scale, weights, ks, ke, out, workspace, rows: int, keys: int, stream: int) -> None:
+        self._check(self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, workspace, rows, keys, stream),
+                    "launch")
+
+    def block_order(self, ks, ke, rows: int, keys: int, scratch, stream: int) -> None:
+        """Writes the order a launch claims its row blocks in to the start of `scratch` (8 bytes a
+        row block and 256 more)."""
+        self._check(self._lib.mqa_topk_block_order(ks, ke, rows, keys, scratch, stream), "block order")
 
     def tail_split(self, num_blocks: int, sms: int) -> tuple[int, int]:
         """(split blocks, parts each) of a launch over num_blocks row blocks on `sms` SMs: the gated

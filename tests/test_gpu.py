@@ -231,3 +231,27 @@ def test_one_math_warpgroup_launches():
     assert not (out == check.POISON).any(), "elements left unwritten"
     report = verify_topk(out, *wl.args())
     assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("variant", [v for v in DEFAULTS if v.heads == 32 and v.top_k == 2048], ids=lambda v: v.name)
+def test_the_libraries_block_order_is_heaviest_first(variant):
+    """Each library makes its launch's block order on the GPU (common/block_order.cuh); it must be
+    runtime.fused.heaviest_first's: ties by block index, a partial last block, several requests,
+    rows that see nothing, and more blocks than one ranking CTA compares (1,024)."""
+    from runtime.fused import heaviest_first
+    from runtime.loader import load
+
+    lib = load(variant)
+    g = torch.Generator().manual_seed(3)
+    keys = 50_000
+    for rows in (1, 7, 4099, 9001):
+        ke = torch.randint(0, keys + 1, (rows,), generator=g)
+        ke[: rows // 3] = keys // 2  # ties
+        ks = torch.minimum(torch.randint(0, keys, (rows,), generator=g), ke)
+        ks[-(rows // 5):] = ke[-(rows // 5):]  # rows that see nothing
+        ks, ke = ks.int().cuda(), ke.int().cuda()
+        scratch = torch.full((8 * rows + 256,), 0xAB, dtype=torch.uint8, device="cuda")
+        lib.block_order(ks.data_ptr(), ke.data_ptr(), rows, keys, scratch.data_ptr(), torch.cuda.current_stream().cuda_stream)
+        blocks = -(-rows // variant.rows)
+        got = scratch[: 4 * blocks].view(torch.int32)
+        assert torch.equal(got, heaviest_first(ks, ke, keys, variant.rows).cuda()), (variant.name, rows)

@@ -1,15 +1,14 @@
 """How much of a fused call's time is not the kernel? One shape, timed four ways on the GPU.
 
 `bench` and `ablate` time each call alone: CUDA events around launch_variant, synchronised between
-calls. That counts whatever the GPU waits for while Python prepares the launch (the block order's
-torch ops, the workspace, the tensor maps, two kernel launches), which matters for short chunks. This
-tool separates it:
+calls. That counts whatever the GPU waits for while Python prepares the launch (the workspace, the
+tensor maps, the kernel launches), which matters for short chunks. This tool separates it:
 
     alone        events around one call, synchronised before it (what bench reports)
     queued       20 calls back to back, events around all, divided by 20 (the host runs ahead
                  unless it is slower than the GPU)
     graph        the same 20 calls captured in a CUDA graph and replayed (GPU time only)
-    order        the block order (runtime.fused.heaviest_first) alone, graph-replayed
+    order        the block order alone (the library's, as a launch makes it), graph-replayed
 
 and the dense path's call alone and graph-replayed, for comparison (its pieces launch two kernels
 each).
@@ -56,7 +55,8 @@ def main() -> int:
     from generator.build import spec_from_name
     from generator.timing import median_ms
     from runtime.dense import dense_mqa_topk
-    from runtime.fused import heaviest_first, launch_variant
+    from runtime.fused import launch_variant
+    from runtime.loader import load
     from runtime.workloads import make_workload
 
     variant = spec_from_name(args.variant)
@@ -69,7 +69,10 @@ def main() -> int:
         alone = median_ms(call, warmup=2, reps=15)
         queued = per_call_ms(call)
         graph = per_call_ms(call, graph=True)
-        order = per_call_ms(lambda: heaviest_first(wl.ks, wl.ke, variant.rows), graph=True)
+        lib = load(variant)
+        scratch = torch.empty(8 * rows + 256, dtype=torch.uint8, device="cuda")
+        order = per_call_ms(lambda: lib.block_order(wl.ks.data_ptr(), wl.ke.data_ptr(), rows, keys, scratch.data_ptr(),
+                                                    torch.cuda.current_stream().cuda_stream), graph=True)
         print(f"{variant.name} {rows}x{keys}: alone {alone:.3f} ms, queued {queued:.3f}, graph {graph:.3f}, "
               f"block order {order * 1e3:.1f} us; not the kernels: {alone - graph:.3f} ms "
               f"({(alone - graph) / alone:.1%} of the call alone)", flush=True)
