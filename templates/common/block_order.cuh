@@ -9,8 +9,10 @@
 
 namespace order {
 
-constexpr int kThreads = 256;   // blocks ranked by a CTA
-constexpr int kCompared = 1024;  // blocks a CTA compares them with
+// A CTA ranks kThreads blocks against kCompared others: 16 CTAs at 1,024 blocks, 256 at 4,096 (with
+// 1,024 compared, 4 CTAs took 21.6 us for 1,024 blocks: BENCHMARKS.md, session 14).
+constexpr int kThreads = 256;
+constexpr int kCompared = 256;
 
 // Workspace bytes for `blocks` row blocks: the order, each block's rank, and a counter of finished
 // CTAs; 256-byte aligned.
@@ -52,7 +54,15 @@ __global__ void __launch_bounds__(kThreads) heaviest_first_kernel(const int* ks,
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int i = threadIdx.x; i < blocks; i += kThreads) order[__ldcg(&rank[i])] = i;
+    // (four ranks in flight a thread: the loads do not wait on the stores before them)
+    for (int base = threadIdx.x; base < blocks; base += 4 * kThreads) {
+        int r[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) r[u] = base + u * kThreads < blocks ? __ldcg(&rank[base + u * kThreads]) : 0;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (base + u * kThreads < blocks) order[r[u]] = base + u * kThreads;
+    }
 }
 
 // Writes the order of ceil(rows / kRows) row blocks into `workspace` (workspace_bytes of them) on
