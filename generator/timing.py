@@ -8,6 +8,16 @@ from collections.abc import Callable
 import torch
 
 
+def event_ms(fn: Callable[[], object]) -> float:
+    """The time of one fn() on the current stream, in ms, by CUDA events around it (waits for it)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def median_ms(fn: Callable[[], object], warmup: int = 2, reps: int = 10, max_seconds: float = 20.0) -> float:
     """Median wall time of fn() on the current stream, in ms, with CUDA events around each call.
 
@@ -18,12 +28,7 @@ def median_ms(fn: Callable[[], object], warmup: int = 2, reps: int = 10, max_sec
     torch.cuda.synchronize()
     times: list[float] = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(event_ms(fn))
         if len(times) >= 3 and sum(times) > 1000 * max_seconds:
             break
     return statistics.median(times)

@@ -105,16 +105,13 @@ def run_for(fn, seconds: float) -> tuple[float, float, float]:
     """Calls fn back to back for `seconds`; returns (median ms a call by CUDA events, t0, t1)."""
     import torch
 
+    from generator.timing import event_ms
+
     fn()
     torch.cuda.synchronize()
     times, t0 = [], time.monotonic()
     while time.monotonic() - t0 < seconds:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(event_ms(fn))
     return statistics.median(times), t0, time.monotonic()
 
 

@@ -144,6 +144,7 @@ def cmd_run(args) -> int:
     import numpy as np
     import torch
 
+    from generator.timing import event_ms
     from runtime.fused import launch_variant
     from runtime.loader import KernelLibrary
     from runtime.workloads import make_workload
@@ -168,17 +169,13 @@ def cmd_run(args) -> int:
                 torch.cuda.synchronize()
                 if raw.mqa_topk_timeline_clear():
                     raise SystemExit("mqa_topk_timeline_clear failed")
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
+                ms = event_ms(run)
                 marks = np.zeros((CTAS, EVENTS, MARKS), dtype=np.uint64)
                 if raw.mqa_topk_timeline_read(marks.ctypes.data):
                     raise SystemExit("mqa_topk_timeline_read failed")
                 phases = launch_phases(marks)
                 if phases is not None:
-                    phases["ms"] = start.elapsed_time(end)
+                    phases["ms"] = ms
                 launches.append(phases)
             label = (f"{variant.name} {rows}x{keys} {args.family} ({stats.get('rescan_blocks')} blocks rescanned, "
                      f"{stats.get('split_blocks')} split)")
