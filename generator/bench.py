@@ -127,8 +127,8 @@ def main(args) -> int:
     peak = scaled_mm_tflops()
     sustained = scaled_mm_tflops(seconds=args.sustain) if args.sustain else peak
     emit("scaled_mm", {"tflops": peak, "sustained_tflops": sustained},
-         f"torch._scaled_mm fp8 8192^3: {peak:.0f} TFLOP/s on {gpu} (a burst of 20); {sustained:.0f} sustained over "
-         f"{args.sustain:g} s")
+         f"torch._scaled_mm fp8 8192^3: {peak:.0f} TFLOP/s on {gpu} (a burst of 20)"
+         + (f"; {sustained:.0f} sustained over {args.sustain:g} s" if args.sustain else ""))
     ok = True
     for spec in args.shape:
         rows, keys = (int(x) for x in spec.split("x"))
