@@ -52,12 +52,13 @@ def has_fp8_tensor_cores(device: torch.device) -> bool:
 
 def score_block(product: Product, q, k_fp8, k_scale, weights, rows: slice, lo: int, hi: int,
                 work_bytes: int = 1 << 30) -> torch.Tensor:
-    """fp32 scores [rows, hi - lo] of keys [lo, hi) for the given rows, in chunks of keys whose
-    [rows, heads, keys] intermediate stays under work_bytes."""
+    """Scores [rows, hi - lo] of keys [lo, hi) for the given rows, in the weights' dtype (fp32; fp64
+    for the verifier's exact scores), in chunks of keys whose [rows, heads, keys] intermediate stays
+    under work_bytes."""
     qr, wr = q[rows], weights[rows]
     r, h = wr.shape
-    out = torch.empty((r, hi - lo), dtype=torch.float32, device=q.device)
-    step = max(16, (work_bytes // max(1, 4 * r * h)) // 16 * 16)  # keys per chunk
+    out = torch.empty((r, hi - lo), dtype=wr.dtype, device=q.device)
+    step = max(16, (work_bytes // max(1, wr.element_size() * r * h)) // 16 * 16)  # keys per chunk
     for a in range(lo, hi, step):
         b = min(hi, a + step)
         dots = product(qr, k_fp8[a:b]).clamp_(min=0).mul_(wr[:, :, None])  # elementwise: no TF32 anywhere

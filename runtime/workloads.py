@@ -176,6 +176,70 @@ def _increasing(rows, keys, heads, top_k, gen, device) -> Workload:
     return replace(base, q=fp8(q), k_fp8=fp8(k).contiguous(), k_scale=scale, weights=base.weights.abs() + 0.01)
 
 
+def _all_negative(rows, keys, heads, top_k, gen, device) -> Workload:
+    # Positive queries and keys, negative weights: every score strictly negative and distinct. A
+    # selection that orders fp32 bit patterns as unsigned integers ranks these backwards.
+    base = _random(rows, keys, heads, top_k, gen, device, "all_negative")
+    return replace(base, q=fp8(base.q.float().abs()), k_fp8=fp8(base.k_fp8.float().abs()),
+                   weights=-(base.weights.abs() + 0.01))
+
+
+def _wide_range(rows, keys, heads, top_k, gen, device) -> Workload:
+    # Key scales log-uniform over 2^-40 .. 2^40: scores span 24 decades, so histogram bins laid out
+    # for one range of magnitudes (or a log-scale distance above a gate) see the top k spread over
+    # many octaves, and the sample's largest score is far above the rest.
+    base = _random(rows, keys, heads, top_k, gen, device, "wide_range")
+    octaves = torch.rand(keys, generator=gen, device=device) * 80 - 40
+    return replace(base, k_scale=torch.exp2(octaves))
+
+
+def _boundary_ties(rows, keys, heads, top_k, gen, device) -> Workload:
+    # top_k / 2 distinct hot keys, then 3 top_k copies of one key vector (an exact tie that straddles
+    # the k-th place), the rest cold: a radix select must take every hot key and exactly the right
+    # number of tied ones (its "equal taken" count), never a cold key and never a tied key twice.
+    base = _random(rows, keys, heads, top_k, gen, device, "boundary_ties")
+    q = base.q.float().abs()
+    k = base.k_fp8.float().abs() * 0.25
+    scale = torch.ones_like(base.k_scale)
+    perm = torch.randperm(keys, generator=gen, device=device)
+    hot, tied = perm[: top_k // 2], perm[top_k // 2: top_k // 2 + 3 * top_k]
+    k[tied] = 1.0  # the same vector: one exact score per row
+    scale[hot] = 8.0  # hot keys score far above the tie (and the cold ones far below it)
+    return replace(base, q=fp8(q), k_fp8=fp8(k), k_scale=scale, weights=base.weights.abs() + 0.01)
+
+
+def _bursts(rows, keys, heads, top_k, gen, device) -> Workload:
+    # The best keys come in a few contiguous bursts of 192 keys (scales x 30): a strided sample either
+    # hits a burst and sets the gate too high (fewer than k keys pass it) or misses every burst and
+    # sets it from the cold keys (every burst passes on top of the intended candidates).
+    base = _random(rows, keys, heads, top_k, gen, device, "bursts")
+    scale = base.k_scale.clone()
+    count = max(1, min(8, keys // 4096))
+    for start in torch.randint(0, max(1, keys - 192), (count,), generator=gen, device=device).tolist():
+        scale[start:start + 192] *= 30.0
+    return replace(base, k_scale=scale)
+
+
+def _sliding_window(rows, keys, heads, top_k, gen, device) -> Workload:
+    # Causal rows that see only their last `window` keys (ks > 0, moving with the row): a window of a
+    # few top_k, so the top k is a large share of what a row sees.
+    base = _random(rows, keys, heads, top_k, gen, device, "sliding_window")
+    window = 3 * top_k + 17
+    return replace(base, ks=(base.ke - window).clamp(min=0).to(torch.int32))
+
+
+def _random_ranges(rows, keys, heads, top_k, gen, device) -> Workload:
+    # Every row its own [ks, ke) anywhere in the keys, not monotone across rows: rows of one block see
+    # disjoint, nested or empty ranges, of lengths from 0 to all keys.
+    base = _random(rows, keys, heads, top_k, gen, device, "random_ranges")
+    a = torch.randint(0, keys + 1, (rows,), generator=gen, device=device)
+    b = torch.randint(0, keys + 1, (rows,), generator=gen, device=device)
+    ks, ke = torch.minimum(a, b), torch.maximum(a, b)
+    full = torch.arange(rows, device=device) % 5 == 0  # some rows see everything
+    ks, ke = torch.where(full, 0, ks), torch.where(full, keys, ke)
+    return replace(base, ks=ks.to(torch.int32), ke=ke.to(torch.int32))
+
+
 FAMILIES: dict[str, Callable[..., Workload]] = {
     "random": _random,
     "multi_request": _multi_request,
@@ -187,8 +251,16 @@ FAMILIES: dict[str, Callable[..., Workload]] = {
     "signed_weights": _signed_weights,
     "short_rows": _short_rows,
     "increasing": _increasing,
+    "all_negative": _all_negative,
+    "wide_range": _wide_range,
+    "boundary_ties": _boundary_ties,
+    "bursts": _bursts,
+    "sliding_window": _sliding_window,
+    "random_ranges": _random_ranges,
 }
 HARD_FAMILIES = tuple(f for f in FAMILIES if f not in ("random", "multi_request"))
+# Families whose rows start at keys other than 0 (the indices' origin ks matters).
+OFFSET_FAMILIES = ("multi_request", "short_rows", "sliding_window", "random_ranges")
 
 
 def make_workload(family: str, rows: int, keys: int, heads: int, top_k: int, seed: int = 0, device="cpu") -> Workload:

@@ -1,0 +1,183 @@
+"""How the fp8 tensor cores accumulate, and how far the kernels' scores stray from exact (GPU).
+
+    python tools/accumulation.py [--trials 4096] [--out DIR]
+
+1. The instructions. Random e4m3 values over the whole range (subnormals and zeros included) go
+   through mma.sync m16n8k32 (tools/mma_probe.cu, the portable kernels' instruction, chained four
+   times from a random fp32 C) and through the dense wgmma logits kernel (head 0 weighted 1, the
+   others 0, unit key scales: each logit is relu of one dot product as every wgmma kernel
+   accumulates it). Each result is compared bit for bit with runtime.tensor_core's wgmma model and
+   with the exact value rounded to fp32, and its error measured against the sum of the terms'
+   magnitudes.
+2. The kernels' scores. The dense wgmma logits of every workload family against exact scores (over
+   B) and against the wgmma model's scores (over the bound runtime.verify allows them: <= 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from runtime.tensor_core import emulate_wgmma_dots, random_e4m3  # noqa: E402
+
+def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Tensor | None = None,
+        relu: bool = False) -> dict:
+    """observed [r, H, n]: the hardware's dot products of q [r, H, 128] and k [n, 128] (plus acc0).
+    Share reproduced bit for bit by runtime.tensor_core's wgmma model and by fp32 rounding of the exact
+    value, and the largest deviation from exact over the sum of the terms' magnitudes."""
+    exact = torch.einsum("rhd,nd->rhn", q.double(), k.double())
+    magnitude = torch.einsum("rhd,nd->rhn", q.double().abs(), k.double().abs())
+    model = emulate_wgmma_dots(q, k)
+    if acc0 is not None:  # (the wgmma model starts from 0: only compared where acc0 is 0)
+        exact = exact + acc0
+        magnitude = magnitude + acc0.abs()
+    if relu:
+        exact, model = exact.clamp(min=0), model.clamp(min=0)
+    fp32 = exact.float().double()
+    zero_start = torch.ones_like(observed, dtype=torch.bool) if acc0 is None else acc0 == 0
+    obs = observed.double()
+    return {"trials": observed.numel(),
+            "wgmma model (runtime.tensor_core), share": float((obs == model)[zero_start].float().mean()),
+            "exact rounded to fp32, share": float((obs == fp32).float().mean()),
+            "largest |obs - exact| / sum |terms|": float(((obs - exact).abs() / magnitude.clamp(min=1e-300)).max())}
+
+
+def probe_mma_sync(trials: int, gen) -> dict:
+    """Every warp of tools/mma_probe.cu: 16 rows of A against 8 of B over 128 dims, from C (half the
+    trials from 0): a trial is one (row, column) result."""
+    from generator.build import nvcc_path
+
+    lib_path = Path(tempfile.mkdtemp()) / "mma_probe.so"
+    subprocess.run([nvcc_path(), "-O3", "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_89,code=sm_89",
+                    "-gencode", "arch=compute_90a,code=sm_90a", "-o", str(lib_path),
+                    str(Path(__file__).with_name("mma_probe.cu"))], check=True)
+    lib = ctypes.CDLL(str(lib_path))
+    lib.mma_probe.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    groups = max(1, trials // 128)
+    a = random_e4m3((groups, 16, 128), gen, "cuda")
+    b = random_e4m3((groups, 8, 128), gen, "cuda")
+    c = torch.randn(groups, 16, 8, generator=gen, device="cuda") * torch.exp2(
+        torch.randint(-4, 12, (groups, 16, 8), generator=gen, device="cuda").float())
+    c[:, :, :4] = 0
+    d = torch.empty_like(c)
+    err = lib.mma_probe(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), groups, 4,
+                        torch.cuda.current_stream().cuda_stream)
+    assert err == 0, err
+    torch.cuda.synchronize()
+    # group g as r = g, H = 16 query vectors, n = 8 keys: fit's layout is [r, H, n]
+    per_group = [fit(d[g][None], a[g][None], b[g], c[g][None].double()) for g in range(groups)]
+    return {key: (sum(x[key] for x in per_group) if key == "trials" else
+                  max(x[key] for x in per_group) if key.startswith("largest") else
+                  sum(x[key] for x in per_group) / groups) for key in per_group[0]}
+
+
+def dense_logits(variant, q, k_fp8, k_scale, weights, ks, ke) -> torch.Tensor:
+    """The dense wgmma kernel's fp32 logits [rows, keys] (NaN where a row sees nothing)."""
+    from runtime.loader import load
+
+    lib = load(variant)
+    rows, keys = q.shape[0], k_fp8.shape[0]
+    logits = torch.full((rows, keys), float("nan"), device=q.device)
+    lib.logits(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(), ke.data_ptr(),
+               logits.data_ptr(), keys, 0, 0, rows, rows, keys, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    return logits
+
+
+def probe_wgmma(trials: int, gen, heads: int = 32) -> dict:
+    """The dense wgmma logits kernel with head 0 weighted 1 and the others 0, unit key scales: each
+    logit is relu of one dot product as the wgmma kernels accumulate it."""
+    from generator.dense_variant import default_dense_variant
+
+    rows, keys = 64, max(64, trials // 64)
+    q = random_e4m3((rows, heads, 128), gen, "cuda")
+    k = random_e4m3((keys, 128), gen, "cuda")
+    weights = torch.zeros(rows, heads, device="cuda")
+    weights[:, 0] = 1
+    ks = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    ke = torch.full((rows,), keys, dtype=torch.int32, device="cuda")
+    logits = dense_logits(default_dense_variant(heads, 2048), q, k, torch.ones(keys, device="cuda"), weights, ks, ke)
+    return fit(logits[:, None, :], q[:, :1], k, relu=True)
+
+
+def deviation(families, heads_list, rows: int, keys: int) -> list[dict]:
+    """Per family: how far the dense wgmma kernel's logits are from exact scores (over B, the sum of
+    the terms' magnitudes) and from the scores of runtime.tensor_core's wgmma model (over the bound
+    runtime.verify allows them: the fp32 head sum and scale; must stay <= 1)."""
+    from generator.dense_variant import default_dense_variant
+    from runtime.verify import exact_scores, magnitude_bound, wgmma_scores_and_bounds
+    from runtime.workloads import make_workload
+
+    out = []
+    for heads in heads_list:
+        for i, family in enumerate(families):
+            wl = make_workload(family, rows, keys, heads, 2048, seed=300 + i, device="cuda")
+            logits = dense_logits(default_dense_variant(heads, 2048), wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks,
+                                  wl.ke).double()
+            every = torch.arange(rows, device="cuda")
+            sub = (wl.q, wl.k_fp8, wl.k_scale, wl.weights, every, 0, wl.keys)
+            exact, magnitude = exact_scores(*sub), magnitude_bound(*sub)
+            model, bound = wgmma_scores_and_bounds(*sub)
+            key = torch.arange(wl.keys, device="cuda")
+            visible = (key >= wl.ks[:, None]) & (key < wl.ke[:, None])
+
+            def largest(x):
+                return float(torch.where(visible, x, 0).max())
+
+            out.append({"family": family, "heads": heads,
+                        "max |logit - exact| / B": largest((logits - exact).abs() / magnitude.clamp(min=1e-300)),
+                        "max |logit - model| / bound": largest((logits - model).abs() / bound.clamp(min=1e-300)),
+                        "share of logits equal to the model's": float((logits == model.float().double())[visible]
+                                                                    .float().mean()),
+                        "nonfinite": int((~torch.isfinite(logits) & visible).sum())})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=1 << 15)
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--keys", type=int, default=12_288)
+    ap.add_argument("--out", help="write the results as JSON here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU with fp8 tensor cores")
+        return 2
+    from runtime.workloads import FAMILIES
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    results = {"gpu": torch.cuda.get_device_name(), "mma_sync": probe_mma_sync(args.trials, gen),
+               "wgmma": probe_wgmma(args.trials, gen)}
+    for kind in ("mma_sync", "wgmma"):
+        print(f"\n{kind}: share of {args.trials} trials reproduced bit for bit")
+        for name, share in sorted(results[kind].items(), key=lambda x: -x[1])[:8]:
+            print(f"  {share:8.4f}  {name}")
+    results["deviation"] = deviation(list(FAMILIES), (32, 64), args.rows, args.keys)
+    SAME = "share of logits equal to the model's"  # noqa: N806
+    print("\nfamily            H   max |logit-exact|/B   max |logit-model|/bound   logits == model")
+    for r in results["deviation"]:
+        print(f"{r['family']:16s} {r['heads']:3d}   {r['max |logit - exact| / B']:19.3e}   "
+              f"{r['max |logit - model| / bound']:23.4f}   {r[SAME]:.4f}"
+              + (f"  {r['nonfinite']} non-finite" if r["nonfinite"] else ""))
+    worst = max(r["max |logit - model| / bound"] for r in results["deviation"])
+    exact_mma = results["mma_sync"]["largest |obs - exact| / sum |terms|"]
+    print(f"\nwgmma logits: largest share of the verifier's bound used {worst:.4f} "
+          f"({'within' if worst <= 1 else 'OVER'}); mma.sync: largest |error| / sum |terms| {exact_mma:.3g} "
+          f"(the verifier's exact arithmetic allows 2^-16 = {2**-16:.3g} of B, less the epilogue's share)")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    return 0 if worst <= 1 and exact_mma <= 2**-17 and not math.isnan(worst) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
