@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,6 +20,7 @@ from runtime.verify import verify_topk
 from runtime.workloads import FAMILIES, make_workload
 
 from .arch import arch_for_capability
+from .dense_variant import DenseVariant
 from .space import AXES, default_variants
 from .timing import median_ms, scoring_tflops, visible_pairs
 from .variant import Variant
@@ -32,6 +33,7 @@ class Check:
     what: str
     ok: bool
     detail: str
+    stats: dict = field(default_factory=dict)
 
     def line(self) -> str:
         return f"{'PASS' if self.ok else 'FAIL'}  {self.what:60s} {self.detail}"
@@ -45,27 +47,65 @@ def run_poisoned(variant: Variant, wl, stats: dict | None = None) -> torch.Tenso
     return out
 
 
-def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: int, sample_rows: int | None = None) -> Check:
+def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: int, sample_rows: int | None = None,
+                   tail_rows: bool = False) -> Check:
+    """Runs the variant on a fresh workload over a poisoned output and verifies every row (or
+    sample_rows random rows and the first and last; with tail_rows, also every row of the four
+    lightest blocks, where a split tail's answers land)."""
     wl = make_workload(family, rows, keys, variant.heads, variant.top_k, seed=seed, device="cuda")
     stats: dict = {}
     out = run_poisoned(variant, wl, stats)
     rows_to_check = None
     if sample_rows is not None and sample_rows < rows:
         g = torch.Generator().manual_seed(seed)
-        rows_to_check = sorted(set(torch.randint(0, rows, (sample_rows,), generator=g).tolist()) | {0, rows - 1})
+        rows_to_check = set(torch.randint(0, rows, (sample_rows,), generator=g).tolist()) | {0, rows - 1}
+        if tail_rows:  # blocks are claimed heaviest first: a causal chunk's tail is its first rows
+            rows_to_check |= set(range(0, min(rows, 4 * variant.rows)))
+        rows_to_check = sorted(rows_to_check)
     poisoned = int((out == POISON).sum())
     report = verify_topk(out, *wl.args(), rows=rows_to_check)
     detail = report.summary() + (f"; {poisoned} unwritten" if poisoned else "")
     if "rescan_blocks" in stats:
         blocks = -(-rows // variant.rows)
         detail += f"; rescanned {stats['rescan_blocks']}/{blocks} row blocks, {stats['split_blocks']} split"
-    return Check(f"{variant.name} {family} M={rows} N={keys}", report.ok and not poisoned, detail)
+    return Check(f"{variant.name} {family} M={rows} N={keys}", report.ok and not poisoned, detail, stats)
 
 
-def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed: int) -> Check:
+def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed: int,
+                 variant: DenseVariant | None = None) -> Check:
+    """The dense path (our kernels: `variant`, or the default) in pieces of 8 MiB of logits, so that a
+    check covers several pieces; outputs poisoned like the fused kernels'."""
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed, device="cuda")
-    report = verify_topk(dense_mqa_topk(*wl.args()), *wl.args())
-    return Check(f"dense h{heads} k{top_k} {family} M={rows} N={keys}", report.ok, report.summary())
+    out = dense_mqa_topk(*wl.args(), logits_budget_bytes=8 << 20, variant=variant)
+    report = verify_topk(out, *wl.args())
+    name = variant.name if variant else f"dense h{heads} k{top_k}"
+    return Check(f"{name} {family} M={rows} N={keys}", report.ok, report.summary())
+
+
+def split_tail_rows(variant: Variant, tail_blocks: int = 3) -> int:
+    """Rows whose blocks fill one round of this GPU's CTAs and leave `tail_blocks` more: the tail a
+    selector-warp kernel cuts into parts of their keys."""
+    return (torch.cuda.get_device_properties(0).multi_processor_count + tail_blocks) * variant.rows
+
+
+def check_shipped(record, families, rows: int, keys: int) -> None:
+    """Every variant a tuned table dispatches or a default names, and every dense variant: each on
+    every family (all_equal overflows every slab: rescans), and each selector-warp variant on a
+    launch whose tail is split (random and rising scores: served from the parts, no rescan;
+    all_equal: the parts overflow and their blocks are rescanned)."""
+    from .shipped import shipped_dense_variants, shipped_variants
+
+    for v in shipped_variants():
+        for i, fam in enumerate(families):
+            record(verify_variant(v, fam, rows, max(keys, 4 * v.top_k) if fam == "short_rows" else keys, seed=400 + i))
+        if v.select_warps:
+            for fam in ("random", "increasing", "all_equal"):
+                c = verify_variant(v, fam, split_tail_rows(v), 140_000, seed=7, sample_rows=48, tail_rows=True)
+                served = fam == "all_equal" or c.stats.get("split_blocks") == 3 and c.stats.get("rescan_blocks") == 0
+                record(Check(c.what + " (split tail)", c.ok and served, c.detail))
+    for d in shipped_dense_variants():
+        for i, fam in enumerate(families):
+            record(verify_dense(d.heads, d.top_k, fam, rows, keys, seed=500 + i, variant=d))
 
 
 def time_pair(variant: Variant, rows: int, keys: int, seed: int = 0) -> dict:
@@ -97,6 +137,9 @@ def main(args) -> int:
             log.write(json.dumps({"check": c.what, "ok": c.ok, "detail": c.detail}) + "\n")
 
     families = args.family or list(FAMILIES)
+    if args.shipped:
+        check_shipped(record, families, args.rows, args.keys)
+        variants = []
     for v in variants:
         for i, fam in enumerate(families):
             rows, keys = (args.rows, args.keys) if fam != "short_rows" else (args.rows, max(args.keys, 4 * v.top_k))

@@ -12,7 +12,7 @@ import torch
 
 from generator.variant import Variant
 
-from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs
+from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs, clamp_ranges
 from .dense import dense_mqa_topk
 from .dispatch import choose_variant
 from .fused import AUTO, fused_op
@@ -35,6 +35,8 @@ def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, va
     """
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
     k_fp8, k_scale = kv
+    if not validate:  # unchecked ranges are clamped into the contract (two small ops, no synchronisation)
+        cu_seqlen_ks, cu_seqlen_ke = clamp_ranges(cu_seqlen_ks, cu_seqlen_ke, problem.keys)
     name = AUTO if variant is None else variant if isinstance(variant, str) else variant.name
     if name != AUTO and problem.device.type != "cuda":
         raise ValueError(f"variant {name} needs CUDA tensors; q is on {problem.device}")

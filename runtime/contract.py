@@ -38,9 +38,10 @@ def _tensor(name: str, x, dtype: torch.dtype, ndim: int) -> torch.Tensor:
 def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_values: bool = True) -> Problem:
     """Raises TypeError/ValueError naming the argument that breaks the contract; returns the shape.
 
-    check_values reads ks/ke/k_scale/weights back from the device (a synchronisation) to check
-    0 <= ks <= ke <= N, k_scale > 0 and finite weights; pass False inside CUDA graphs. The kernels
-    clamp ranges themselves, so unchecked bad values give wrong indices, never a fault.
+    check_values reads the inputs' values back from the device (one synchronisation) to check
+    0 <= ks <= ke <= N, finite k_scale > 0, finite weights and no NaN codes in q or k_fp8; it is
+    skipped while a CUDA graph is being captured (nothing can be read back then). The kernels clamp
+    ranges themselves, so unchecked bad values give wrong indices, never a fault or a hang.
     """
     q = _tensor("q", q, torch.float8_e4m3fn, 3)
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
@@ -76,30 +77,55 @@ def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_val
         if x.device != q.device:
             raise ValueError(f"{name}: on {x.device}, but q is on {q.device}; all inputs must share one device")
 
-    if check_values and rows > 0:
-        _check_values(ks, ke, keys, k_scale, weights)
+    if check_values and rows > 0 and not _capturing(q.device):
+        _check_values(q, k_fp8, ks, ke, keys, k_scale, weights)
     return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=q.device)
 
 
-def _check_values(ks, ke, keys, k_scale, weights) -> None:
-    flags = torch.stack([
-        (ks < 0).any(),
-        (ks > ke).any(),
-        (ke > keys).any(),
-        (~(k_scale > 0)).any() if k_scale.numel() else torch.zeros((), dtype=torch.bool, device=ks.device),
-        (~torch.isfinite(weights)).any(),
-    ]).tolist()  # one synchronisation for all five
-    if flags[0]:
+def clamp_ranges(ks: torch.Tensor, ke: torch.Tensor, keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """ks, ke clamped so that 0 <= ks <= ke <= keys (on the device, without reading them back)."""
+    ks = ks.clamp(0, keys)
+    return ks, torch.maximum(ke.clamp(max=keys), ks)
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _nan_codes(x: torch.Tensor) -> torch.Tensor:
+    """e4m3fn has no infinities; its only non-finite codes are NaN: S.1111.111."""
+    return (x.view(torch.uint8) & 0x7F) == 0x7F
+
+
+def _check_values(q, k_fp8, ks, ke, keys, k_scale, weights) -> None:
+    none = torch.zeros((), dtype=torch.bool, device=ks.device)
+    checks = {
+        "ks_negative": (ks < 0).any(),
+        "ks_above_ke": (ks > ke).any(),
+        "ke_above_n": (ke > keys).any(),
+        "bad_scale": (~((k_scale > 0) & torch.isfinite(k_scale))).any() if k_scale.numel() else none,
+        "bad_weights": (~torch.isfinite(weights)).any(),
+        "nan_q": _nan_codes(q).any() if q.numel() else none,
+        "nan_k": _nan_codes(k_fp8).any() if k_fp8.numel() else none,
+    }
+    flags = dict(zip(checks, torch.stack(list(checks.values())).tolist()))  # one synchronisation for all
+    if flags["ks_negative"]:
         row = int((ks < 0).nonzero()[0])
         raise ValueError(f"cu_seqlen_ks: row {row} has ks = {int(ks[row])} < 0")
-    if flags[1]:
+    if flags["ks_above_ke"]:
         row = int((ks > ke).nonzero()[0])
         raise ValueError(f"cu_seqlen_ks/cu_seqlen_ke: row {row} has ks = {int(ks[row])} > ke = {int(ke[row])}")
-    if flags[2]:
+    if flags["ke_above_n"]:
         row = int((ke > keys).nonzero()[0])
         raise ValueError(f"cu_seqlen_ke: row {row} has ke = {int(ke[row])} > N = {keys} keys")
-    if flags[3]:
-        key = int((~(k_scale > 0)).nonzero()[0])
-        raise ValueError(f"k_scale: key {key} has scale {float(k_scale[key])}; scales must be > 0")
-    if flags[4]:
+    if flags["bad_scale"]:
+        key = int((~((k_scale > 0) & torch.isfinite(k_scale))).nonzero()[0])
+        raise ValueError(f"k_scale: key {key} has scale {float(k_scale[key])}; scales must be finite and > 0")
+    if flags["bad_weights"]:
         raise ValueError("weights: contains NaN or infinity")
+    if flags["nan_q"]:
+        row = int(_nan_codes(q).flatten(1).any(1).nonzero()[0])
+        raise ValueError(f"q: row {row} holds an fp8 NaN code (0x7F or 0xFF)")
+    if flags["nan_k"]:
+        key = int(_nan_codes(k_fp8).any(1).nonzero()[0])
+        raise ValueError(f"k_fp8: key {key} holds an fp8 NaN code (0x7F or 0xFF)")

@@ -17,8 +17,9 @@ import torch
 
 from generator.dense_variant import DenseVariant, default_dense_variant
 
-from .contract import check_inputs
-from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, row_pieces, topk_by_pieces
+from .contract import check_inputs, clamp_ranges
+from .loader import DenseLibrary, aligned16, allocate, load, load_or_warn
+from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, plan_pieces, topk_by_pieces
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
 DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they run; "torch": always torch
@@ -36,28 +37,32 @@ def dense_variant_for(device: torch.device, heads: int, top_k: int) -> DenseVari
 def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
                    logits_budget_bytes: int = DEFAULT_LOGITS_BUDGET, validate: bool = True,
                    variant: DenseVariant | None = None) -> torch.Tensor:
+    """The dense path. `variant` forces our dense kernels (an error if they cannot be built); by
+    default they serve where they run and can be built, else torch does (one warning)."""
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
     k_fp8, k_scale = kv
-    variant = variant or dense_variant_for(problem.device, problem.heads, top_k)
+    if not validate:  # as fused_mqa_topk: unchecked ranges clamped into the contract
+        cu_seqlen_ks, cu_seqlen_ke = clamp_ranges(cu_seqlen_ks, cu_seqlen_ke, problem.keys)
     if variant is not None:
-        return _dense_kernels(variant, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k,
-                              logits_budget_bytes)
+        lib = load(variant)
+    else:
+        variant = dense_variant_for(problem.device, problem.heads, top_k)
+        lib = variant and load_or_warn(variant, "the torch dense path")
+    if lib is not None:
+        return _dense_kernels(lib, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, logits_budget_bytes)
     product = fp8_tensor_core_product if has_fp8_tensor_cores(problem.device) else fp32_product
     return topk_by_pieces(product, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, logits_budget_bytes)
 
 
-def _dense_kernels(variant: DenseVariant, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int) -> torch.Tensor:
-    from .loader import aligned16, load
-
-    lib = load(variant)
+def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int) -> torch.Tensor:
     rows, keys = q.shape[0], k_fp8.shape[0]
     out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
     if rows == 0:
         return out
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
-    pieces = list(row_pieces(ks, ke, budget))  # planned on the host, as engines do
-    logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1, dtype=torch.float32,
-                         device=q.device)
+    pieces = plan_pieces(ks, ke, keys, budget)
+    largest = max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1
+    logits = allocate(4 * largest, q.device, f"{lib.variant.name}'s logits", torch.float32)
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream
         for r0, r1, lo, hi in pieces:

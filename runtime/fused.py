@@ -9,7 +9,7 @@ from generator.variant import Variant
 from .contract import Problem
 from .dense import dense_mqa_topk
 from .dispatch import choose_variant
-from .loader import aligned16, load
+from .loader import aligned16, allocate, load, load_or_warn
 
 
 def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, keys: int, rows_per_block: int) -> torch.Tensor:
@@ -48,7 +48,7 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
     lib = lib or load(variant)
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
     with torch.cuda.device(q.device):
-        workspace = torch.empty(lib.workspace_bytes(rows), dtype=torch.uint8, device=q.device)
+        workspace = allocate(lib.workspace_bytes(rows), q.device, f"{variant.name}'s workspace")
         stream = torch.cuda.current_stream(q.device).cuda_stream
         lib.launch(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
                    ke.data_ptr(), out.data_ptr(), workspace.data_ptr(), rows, keys, stream)
@@ -66,14 +66,17 @@ def fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, weight
              ks: torch.Tensor, ke: torch.Tensor, top_k: int, variant: str) -> torch.Tensor:
     """The public entry's body: `variant` is a variant name, or AUTO for the table's choice (which
     may be the dense path). Inputs were checked by the caller."""
+    lib = None
     if variant == AUTO:
         chosen = choose_variant(Problem(rows=q.shape[0], keys=k_fp8.shape[0], heads=q.shape[1], top_k=top_k,
                                         device=q.device))
-        if chosen is None:
+        lib = chosen and load_or_warn(chosen, "the dense path")
+        if lib is None:
             return dense_mqa_topk(q, (k_fp8, k_scale), weights, ks, ke, top_k, validate=False)
     else:
         chosen = Variant.from_name(variant)
-    return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, top_k)
+    return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, top_k, lib=lib)
+
 
 
 @fused_op.register_fake

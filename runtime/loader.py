@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import warnings
 
-from generator.build import build
+import torch
+
+from generator.build import BuildError, build
 from generator.dense_variant import DenseVariant
 from generator.variant import Variant
 
@@ -118,6 +121,15 @@ class DenseLibrary(_Library):
         return self._lib.mqa_dense_topk_smem_bytes()
 
 
+def allocate(nbytes: int, device, what: str, dtype=torch.uint8):
+    """torch.empty of nbytes bytes, or a clear error naming what it was for (the process lives on)."""
+    try:
+        return torch.empty(nbytes // torch.empty((), dtype=dtype).element_size(), dtype=dtype, device=device)
+    except torch.cuda.OutOfMemoryError as e:
+        raise RuntimeError(f"{what}: {nbytes} bytes ({nbytes / 2**20:.0f} MiB) could not be allocated on {device} "
+                           f"({str(e).splitlines()[0]})") from e
+
+
 def aligned16(x):
     """TMA and 16-byte vector loads need 16-byte aligned addresses; a contiguous view can start anywhere."""
     return x if x.data_ptr() % 16 == 0 else x.clone()
@@ -127,14 +139,38 @@ _loaded: dict[str, KernelLibrary | DenseLibrary] = {}
 _lock = threading.Lock()
 
 
+class KernelUnavailable(RuntimeError):
+    """A variant's library cannot be had here: no nvcc, a failed build, an unwritable cache, a
+    library that does not load."""
+
+
 def load(variant: Variant | DenseVariant) -> KernelLibrary | DenseLibrary:
-    """The variant's library, compiled into the cache first if needed (one build per process)."""
+    """The variant's library, compiled into the cache first if needed (one build per process).
+    Raises KernelUnavailable, naming the variant and the cause, where it cannot be built or loaded."""
     lib = _loaded.get(variant.name)
     if lib is None:
         with _lock:
             lib = _loaded.get(variant.name)
             if lib is None:
-                (plan,) = build([variant])
-                kind = DenseLibrary if isinstance(variant, DenseVariant) else KernelLibrary
-                lib = _loaded[variant.name] = kind(variant, str(plan.library))
+                try:
+                    (plan,) = build([variant])
+                    kind = DenseLibrary if isinstance(variant, DenseVariant) else KernelLibrary
+                    lib = _loaded[variant.name] = kind(variant, str(plan.library))
+                except (BuildError, OSError) as e:  # OSError: an unwritable cache, a library that does not load
+                    raise KernelUnavailable(f"{variant.name} is unavailable: {type(e).__name__}: {e}") from e
     return lib
+
+
+_warned: set[str] = set()
+
+
+def load_or_warn(variant: Variant | DenseVariant, fallback: str) -> KernelLibrary | DenseLibrary | None:
+    """load(variant), or None after one warning per variant (saying what serves instead) where it
+    is unavailable: automatic dispatch degrades, it does not fail."""
+    try:
+        return load(variant)
+    except KernelUnavailable as e:
+        if variant.name not in _warned:
+            _warned.add(variant.name)
+            warnings.warn(f"{e}; {fallback} serves instead", RuntimeWarning, stacklevel=3)
+        return None

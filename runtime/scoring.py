@@ -92,12 +92,26 @@ def row_pieces(ks, ke, budget_bytes: int):
         start = end
 
 
+def plan_pieces(ks: torch.Tensor, ke: torch.Tensor, keys: int, budget_bytes: int) -> list[tuple[int, int, int, int]]:
+    """The dense path's pieces (first_row, end_row, lo, hi): planned on the host from ks/ke as serving
+    engines do (row_pieces), or, while a CUDA graph is being captured (nothing can be read back from
+    the device then), from the shapes alone: as many rows a piece as whole key ranges fit the budget.
+    The kernels take each row's own range from ks/ke on the device either way."""
+    rows = ks.shape[0]
+    if not (ks.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return list(row_pieces(ks, ke, budget_bytes))
+    if keys == 0:
+        return [(0, rows, 0, 0)] if rows else []
+    per = max(1, budget_bytes // (4 * keys))
+    return [(r0, min(rows, r0 + per), 0, keys) for r0 in range(0, rows, per)]
+
+
 def topk_by_pieces(product: Product, q, k_fp8, k_scale, weights, ks: torch.Tensor, ke: torch.Tensor, top_k: int,
                    budget_bytes: int) -> torch.Tensor:
     """Top-k indices (relative to ks, -1 padded) from materialised score pieces of budget_bytes."""
     rows = q.shape[0]
     out = torch.full((rows, top_k), -1, dtype=torch.int32, device=q.device)
-    for r0, r1, lo, hi in row_pieces(ks, ke, budget_bytes):
+    for r0, r1, lo, hi in plan_pieces(ks, ke, k_fp8.shape[0], budget_bytes):
         if hi <= lo:
             continue
         scores = score_block(product, q, k_fp8, k_scale, weights, slice(r0, r1), lo, hi)

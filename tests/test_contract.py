@@ -66,10 +66,26 @@ def test_value_errors_name_the_row(good):
     scale[7] = 0
     with pytest.raises(ValueError, match="k_scale: key 7"):
         call(good, kv=(good.k_fp8, scale))
+    scale[7] = float("inf")
+    with pytest.raises(ValueError, match="k_scale: key 7 has scale inf"):
+        call(good, kv=(good.k_fp8, scale))
     w = good.weights.clone()
     w[1, 1] = float("nan")
     with pytest.raises(ValueError, match="weights: contains NaN"):
         call(good, weights=w)
+
+
+@pytest.mark.parametrize("code", [0x7F, 0xFF])
+def test_fp8_nan_codes_are_rejected(good, code):
+    q = good.q.clone()
+    q.view(torch.uint8)[3, 5, 77] = code
+    with pytest.raises(ValueError, match="q: row 3 holds an fp8 NaN code"):
+        call(good, q=q)
+    k = good.k_fp8.clone()
+    k.view(torch.uint8)[640, 0] = code
+    with pytest.raises(ValueError, match="k_fp8: key 640 holds an fp8 NaN code"):
+        call(good, kv=(k, good.k_scale))
+    call(good, q=q, validate=False)  # unchecked: an answer (garbage in, garbage out), no crash
 
 
 def test_empty_inputs(good):

@@ -1,13 +1,11 @@
-"""One small fused launch, verified, for running under compute-sanitizer on the GPU machine:
+"""One small launch of a fused or dense variant, verified, for running under compute-sanitizer:
 
     compute-sanitizer --tool racecheck python tools/sanitize_launch.py VARIANT [--rows 64] [--keys 70000]
 
-(memcheck, racecheck and synccheck each; the variant's library must be built, or nvcc must be there.)
-A reliability suite will grow from this; today it is how session 9 checked the selector warps' slab
-handoff and session 12 the tail split's cross-CTA hand-over (BENCHMARKS.md). The default shape has
-fewer row blocks than SMs, so a selector-warp (`_sw3`, `_sw7`) variant splits every block into parts
-of at least kMinPartKeys (4 x kGateFloor: 2 parts at 70,000 keys and top-2048): the line printed
-says how many blocks were split and how many rescanned.
+tools/sanitize.py runs every tool over every kind of kernel this way. The default shape has fewer row
+blocks than SMs, so a selector-warp (`_sw3`, `_sw7`) variant splits every block into parts of at
+least kMinPartKeys (4 x kGateFloor: 2 parts at 70,000 keys and top-2048): the line printed says how
+many blocks were split and how many rescanned (--family all_equal: every block).
 """
 
 from __future__ import annotations
@@ -22,7 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> int:
     import torch
 
-    from generator.variant import Variant
+    from generator.build import spec_from_name
+    from generator.dense_variant import DenseVariant
+    from runtime.dense import dense_mqa_topk
     from runtime.fused import launch_variant
     from runtime.verify import verify_topk
     from runtime.workloads import make_workload
@@ -33,10 +33,13 @@ def main() -> int:
     p.add_argument("--keys", type=int, default=70_000)
     p.add_argument("--family", default="random")
     args = p.parse_args()
-    v = Variant.from_name(args.variant)
+    v = spec_from_name(args.variant)
     wl = make_workload(args.family, args.rows, args.keys, v.heads, v.top_k, seed=3, device="cuda")
     stats: dict = {}
-    out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, v.top_k, stats=stats)
+    if isinstance(v, DenseVariant):  # pieces of 4 MiB of logits: several launches of both kernels
+        out = dense_mqa_topk(*wl.args(), logits_budget_bytes=4 << 20, variant=v)
+    else:
+        out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, v.top_k, stats=stats)
     torch.cuda.synchronize()
     report = verify_topk(out, *wl.args())
     print(v.name, f"{args.rows}x{args.keys} {args.family}:", report.summary(),
