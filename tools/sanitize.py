@@ -83,9 +83,11 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=4, help="sanitizer runs at a time (they share the GPU)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds a run may take")
     ap.add_argument("--tool", action="append", choices=TOOLS, help="default: all four")
+    ap.add_argument("--case", action="append", help="only the kernels whose description contains this")
     ap.add_argument("--out", help="write the lines here too")
     args = ap.parse_args()
-    runs = [(tool, case) for case in cases() for tool in (args.tool or TOOLS)]
+    chosen = [c for c in cases() if not args.case or any(x in c[0] for x in args.case)]
+    runs = [(tool, case) for case in chosen for tool in (args.tool or TOOLS)]
     results = []
     with ThreadPoolExecutor(args.jobs) as pool:
         for ok, line in pool.map(lambda r: run_one(r[0], r[1], args.timeout), runs):
