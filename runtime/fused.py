@@ -78,7 +78,6 @@ def fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, weight
     return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, top_k, lib=lib)
 
 
-
 @fused_op.register_fake
 def _fused_op_fake(q, k_fp8, k_scale, weights, ks, ke, top_k, variant):
     return q.new_empty((q.shape[0], top_k), dtype=torch.int32)

@@ -2,16 +2,8 @@
 // every warp computes D = C + A B^T for one 16 x 8 tile with `steps` chained
 // mma.sync.m16n8k32 e4m3 instructions (K = 32 steps), as the kernels chain four over a 128-byte key.
 // A: [groups, 16, 32 steps] e4m3, B: [groups, 8, 32 steps] e4m3, C and D: [groups, 16, 8] fp32.
-#include <cstdint>
-#include <cuda_runtime.h>
-
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// The kernels' own wrapper of the instruction (pasted into every mma.sync kernel).
+#include "../templates/common/primitives.cuh"
 
 __global__ void probe_kernel(const uint8_t* a, const uint8_t* b, const float* c, float* d, int steps) {
     const int group = blockIdx.x, lane = threadIdx.x, g = lane >> 2, t = lane & 3;
@@ -29,7 +21,7 @@ __global__ void probe_kernel(const uint8_t* a, const uint8_t* b, const float* c,
         fa[3] = *reinterpret_cast<const uint32_t*>(A + (g + 8) * k_len + k0 + 16 + 4 * t);
         fb[0] = *reinterpret_cast<const uint32_t*>(B + g * k_len + k0 + 4 * t);
         fb[1] = *reinterpret_cast<const uint32_t*>(B + g * k_len + k0 + 16 + 4 * t);
-        mma_e4m3(acc, fa, fb[0], fb[1]);
+        prim::mma_e4m3_16x8x32(acc, fa, fb[0], fb[1]);
     }
     float* D = d + (size_t)group * 128;
     D[g * 8 + 2 * t] = acc[0];
