@@ -145,7 +145,7 @@ def parser() -> argparse.ArgumentParser:
     bench_arguments(p)
     p.set_defaults(fn=cmd_bench)
 
-    p = sub.add_parser("tune", help="GPU: tune variants per shape bucket with optuna; write tuned_configs/<GPU>.json")
+    p = sub.add_parser("tune", help="GPU: tune variants per shape bucket with optuna; write <GPU>.json to the user table directory (FUSED_MQA_TOPK_TABLES)")
     add_arguments(p)
     p.set_defaults(fn=cmd_tune)
     return ap

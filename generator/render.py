@@ -3,28 +3,29 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
+from importlib import resources
 
 import jinja2
 
+# The templates are package data (generator/templates), read through importlib.resources so that an
+# installed wheel renders exactly what a checkout does.
+TEMPLATES = resources.files("generator") / "templates"
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
-
-# Each variant names its template (`variant.template`). The shared headers (templates/common/*.cuh)
+# Each variant names its template (`variant.template`). The shared headers (generator/templates/common/*.cuh)
 # are pasted into it verbatim by include_raw() -- PTX operands such as {%0, %1} must not meet the
 # Jinja parser -- and wgmma(n) renders the warpgroup product for an N, so a rendered source is one
 # self-contained file: what is compiled is exactly what one reads on disk.
 
 
 def include_raw(relative_path: str) -> str:
-    text = (TEMPLATE_DIR / relative_path).read_text().replace("#pragma once\n", "")  # pasted once, by construction
+    text = TEMPLATES.joinpath(relative_path).read_text().replace("#pragma once\n", "")  # pasted once, by construction
     return f"// ---- begin {relative_path} ----\n{text}// ---- end {relative_path} ----\n"
 
 
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        loader=jinja2.FunctionLoader(lambda name: TEMPLATES.joinpath(name).read_text()),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from runtime.table import table_dir
+from runtime.table import shipped_table_dir
 
 from .dense_variant import DenseVariant, default_dense_variant
 from .space import AXES, default_variants
@@ -19,7 +19,7 @@ def shipped_dense_variants() -> list[DenseVariant]:
 
 def shipped_variants() -> list[Variant]:
     names = set()
-    for path in sorted(table_dir().glob("*.json")):
+    for path in sorted(shipped_table_dir().glob("*.json")):
         names.update(e["variant"] for e in json.loads(path.read_text())["entries"])
     variants = {Variant.from_name(n) for n in names}
     variants.update(v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k))

@@ -5,7 +5,7 @@ For each bucket (heads, top_k, rows, keys) the tuner
   2. asks optuna for a batch of variants (the default variant first), rejects invalid points with
      their reason (pruned trials), builds the rest in parallel, and for each one verifies its
      output against the reference before timing it (a wrong variant is a failed trial, never a time);
-  3. records the best variant, its time and the dense time in tuned_configs/<GPU>.json, so the
+  3. records the best variant, its time and the dense time in <GPU>.json (runtime.table.table_dir), so the
      runtime knows per bucket whether fused beats dense on this GPU.
 The table is rewritten after every bucket, merged with the buckets it already holds.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runtime.table import Entry, load_table, save_table, table_dir, table_path
+from runtime.table import Entry, find_table, load_table, save_table, table_dir, table_path, table_paths
 
 from .arch import arch_for_capability
 from .space import AXES, enumerate_space, neighbors, rejection_reason, starting_points
@@ -224,7 +224,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, tri
         if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
             break
-        incumbent = table_choice(bucket, [path, table_path(gpu_name)])
+        incumbent = table_choice(bucket, [path, find_table(gpu_name)])
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent, log=log)
         results.append(r)
         entry = r.entry()
@@ -317,7 +317,7 @@ def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
     top_k: the starting points, the tables' current choices and those choices' one-axis neighbours.
     `generator build --candidates` compiles them ahead, so a tuning run on the GPU measures instead of
     waiting for nvcc (session 8 prebuilt 249 on a 2-core machine in about 25 minutes)."""
-    paths = sorted(table_dir().glob("*.json")) if tables is None else tables
+    paths = table_paths() if tables is None else tables
     chosen = {Variant.from_name(e.variant) for path in paths for e in load_table(path) or []}
     out: set[Variant] = set()
     for h in AXES["heads"]:
@@ -344,7 +344,7 @@ def add_arguments(p) -> None:
                         "best point's neighbours; in session 7, 28 of the 30 H200 winners were not a starting point)")
     p.add_argument("--time-budget", type=float, default=25.0, help="minutes; buckets left when it runs out are skipped")
     p.add_argument("--storage", help="optuna storage URL (e.g. sqlite:///tune.db) to resume studies")
-    p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: tuned_configs/)")
+    p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: FUSED_MQA_TOPK_TABLES, else ~/.local/share/fused-mqa-topk/tables; the shipped table: runtime/tuned_configs)")
     p.add_argument("--refresh", action="store_true",
                    help="re-time the table's variants against today's dense path instead of searching")
 

@@ -4,7 +4,7 @@ This is how serving engines run the indexer today (a logits kernel, then a top-k
 pieces of at most 512 MiB of logits): the baseline the fused kernel is measured against and the
 fallback for everything the fused kernel does not serve.
 
-On Hopper it runs our own kernels (templates/dense_mqa_topk_sm90.cu.j2: a TMA + wgmma logits
+On Hopper it runs our own kernels (generator/templates/dense_mqa_topk_sm90.cu.j2: a TMA + wgmma logits
 kernel and a histogram top-k). Elsewhere it runs in torch: fp8 tensor-core logits through
 torch._scaled_mm where the GPU has them, else exact fp32, then torch.topk.
 """

@@ -18,7 +18,7 @@ from generator.space import default_variant
 from generator.variant import Variant
 
 from .contract import Problem
-from .table import Entry, load_table, nearest, table_path
+from .table import Entry, find_table, load_table, nearest
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
@@ -39,7 +39,7 @@ def choose_variant(problem: Problem) -> Variant | None:
     if path == "dense" or problem.device.type != "cuda":
         return None
     gpu, arch = device_info(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
-    return select_variant(load_table(table_path(gpu)) or [], arch, problem, force_fused=path == "fused")
+    return select_variant(load_table(find_table(gpu)) or [], arch, problem, force_fused=path == "fused")
 
 
 def select_variant(entries: list[Entry], arch: str | None, problem: Problem, force_fused: bool = False) -> Variant | None:

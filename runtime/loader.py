@@ -92,7 +92,7 @@ class KernelLibrary(_Library):
 
 class DenseLibrary(_Library):
     """A dense variant's shared library: the logits kernel and the top-k kernel (see the
-    `extern "C"` block of templates/dense_mqa_topk_sm90.cu.j2)."""
+    `extern "C"` block of generator/templates/dense_mqa_topk_sm90.cu.j2)."""
 
     def __init__(self, variant: DenseVariant, path: str):
         super().__init__(variant, path, "mqa_dense")

@@ -1,5 +1,8 @@
-"""Tuned-config tables: one JSON file per GPU model in tuned_configs/, and the nearest-bucket lookup.
+"""Tuned-config tables: one JSON file per GPU model, and the nearest-bucket lookup.
 
+The tables this package ships are package data (runtime/tuned_configs/, read through
+importlib.resources, never written). Tables a user tunes go to FUSED_MQA_TOPK_TABLES, else to
+$XDG_DATA_HOME/fused-mqa-topk/tables (~/.local/share/...), and are read before the shipped ones.
 A table is plain data, written by `python -m generator tune`:
     {"gpu": "NVIDIA H200", "entries": [{"heads": 32, "top_k": 2048, "rows": 4096, "keys": 131072,
       "variant": "mqa_topk_...", "fused_ms": 1.9, "dense_ms": 4.1, "use": "fused"}, ...], ...}
@@ -13,10 +16,11 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 TABLE_DIR_ENV = "FUSED_MQA_TOPK_TABLES"
-DEFAULT_TABLE_DIR = Path(__file__).resolve().parent.parent / "tuned_configs"
+SHIPPED_TABLES = resources.files("runtime") / "tuned_configs"
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,30 @@ class Entry:
 
 
 def table_dir() -> Path:
-    return Path(os.environ.get(TABLE_DIR_ENV) or DEFAULT_TABLE_DIR)
+    """Where tuned tables are written, and read first: FUSED_MQA_TOPK_TABLES, else the user's data dir."""
+    env = os.environ.get(TABLE_DIR_ENV)
+    if env:
+        return Path(env)
+    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data) / "fused-mqa-topk" / "tables"
+
+
+def shipped_table_dir() -> Path:
+    """The tables installed with the package (a directory of an installed wheel or of a checkout)."""
+    return Path(str(SHIPPED_TABLES))
+
+
+def find_table(gpu_name: str) -> Path | None:
+    """This GPU's table: the user's (table_dir()) if there is one, else the shipped one, else None."""
+    for path in (table_path(gpu_name), table_path(gpu_name, shipped_table_dir())):
+        if path.is_file():
+            return path
+    return None
+
+
+def table_paths() -> list[Path]:
+    """Every table the runtime could read: the user's, then the shipped ones."""
+    return sorted(table_dir().glob("*.json")) + sorted(shipped_table_dir().glob("*.json"))
 
 
 def table_key(gpu_name: str) -> str:
@@ -50,8 +77,10 @@ def table_path(gpu_name: str, directory: Path | None = None) -> Path:
     return (directory or table_dir()) / f"{table_key(gpu_name)}.json"
 
 
-def load_table(path: Path) -> list[Entry] | None:
+def load_table(path: Path | None) -> list[Entry] | None:
     """The entries of a table file, or None if there is none (cached until the file changes)."""
+    if path is None:
+        return None
     try:
         mtime = path.stat().st_mtime_ns
     except FileNotFoundError:

@@ -1,7 +1,7 @@
 """Where does a gated kernel's time go, phase by phase? Clock marks from inside its launches.
 
 Ablations (tools/ablate.py) place time by difference and ncu by warp samples; this reads the SM
-clock at the phase boundaries of every work item of every CTA (templates/common/timeline.cuh: the
+clock at the phase boundaries of every work item of every CTA (generator/templates/common/timeline.cuh: the
 variant's source compiled with -DFUSED_MQA_TOPK_TIMELINE, otherwise unchanged) and sums them:
 
     math warps, per item:  wait (Q tile, free slab) | sample scan | the gate: counts (a barrier),

@@ -1,0 +1,48 @@
+"""Smoke test of an installed wheel (run from outside the checkout, in a venv holding only the wheel
+and its dependencies): the templates render, one variant builds where nvcc is, a call runs on the
+CPU, and the shipped table is found. Exits non-zero on the first failure."""
+
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+import generator
+import runtime
+from generator.build import build, nvcc_path
+from generator.render import render
+from generator.space import default_variant
+from runtime.table import find_table, load_table
+from runtime.verify import verify_topk
+from runtime.workloads import make_workload
+
+checkout = os.environ.get("CHECKOUT")
+for module in (generator, runtime):
+    assert checkout is None or not module.__file__.startswith(checkout), f"{module.__name__} imported from the checkout"
+    assert "site-packages" in module.__file__, module.__file__
+
+variant = default_variant(32, 512, mma="mmasync")
+source = render(variant)
+assert variant.name in source and "mma.sync" in source, "rendered source lacks the variant"
+print("render: ok", len(source), "characters")
+
+entries = load_table(find_table("NVIDIA H200"))
+assert entries, "the shipped H200 table was not found in the installed package"
+print("table: ok", len(entries), "entries")
+
+wl = make_workload("random", 8, 3000, 32, 512, seed=1)
+assert verify_topk(runtime.fused_mqa_topk(*wl.args()), *wl.args()).ok
+print("CPU call: ok")
+
+if shutil.which("nvcc") or os.environ.get("NVCC"):
+    nvcc_path()
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["FUSED_MQA_TOPK_CACHE"] = cache
+        (plan,) = build([variant])
+        assert plan.library.is_file()
+    print("build: ok", variant.name)
+else:
+    print("build: skipped (no nvcc on this machine)")
+print("torch", torch.__version__, "python", sys.version.split()[0])
