@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .space import AXES, enumerate_space
@@ -24,10 +25,35 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_render(args) -> int:
-    from .build import build, plan, spec_from_name, write_source
+def valid_specs(names: list[str]) -> list | None:
+    """The variants these names describe, or None after saying, per name, why it is not one the
+    variant space accepts (nothing is sent to nvcc that would be rejected before compiling)."""
+    from .build import spec_from_name
+    from .dense_variant import DenseVariant, dense_rejection_reason
+    from .space import rejection_reason
 
-    variants = [spec_from_name(n) for n in args.names]
+    specs, bad = [], 0
+    for name in names:
+        try:
+            spec = spec_from_name(name)
+        except ValueError as e:
+            print(f"{name}: {e} (python -m generator list prints valid names)", file=sys.stderr)
+            bad += 1
+            continue
+        reason = dense_rejection_reason(spec) if isinstance(spec, DenseVariant) else rejection_reason(spec)
+        if reason:
+            print(f"{name}: rejected: {reason}", file=sys.stderr)
+            bad += 1
+        specs.append(spec)
+    return None if bad else specs
+
+
+def cmd_render(args) -> int:
+    from .build import build, plan, write_source
+
+    variants = valid_specs(args.names)
+    if variants is None:
+        return 2
     if args.compile:
         plans = build(variants)
     else:
@@ -40,10 +66,12 @@ def cmd_render(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from .build import build, resource_report, spec_from_name
+    from .build import build, cache_dir, resource_report
     from .shipped import shipped_dense_variants, shipped_variants
 
-    variants = [spec_from_name(n) for n in args.names]
+    variants = valid_specs(args.names)
+    if variants is None:
+        return 2
     if args.shipped:
         variants += shipped_variants() + shipped_dense_variants()
     if args.all:
@@ -56,7 +84,9 @@ def cmd_build(args) -> int:
         print("nothing to build: name variants, or pass --shipped, --candidates or --all", file=sys.stderr)
         return 2
     variants = sorted(set(variants), key=lambda v: v.name)
-    plans = build(variants, jobs=args.jobs)
+    print(f"# {len(variants)} variants; compiling those not in {cache_dir()} (nvcc, {args.jobs or os.cpu_count()} jobs)",
+          file=sys.stderr, flush=True)
+    plans = build(variants, jobs=args.jobs, progress=True)
     dirty = 0
     for p in plans:
         if not p.log.exists():  # a cached library whose log was pruned (e.g. a cache carried to another machine)
@@ -153,7 +183,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:  # `python -m generator list | head`: the reader left; so do we, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

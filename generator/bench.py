@@ -18,7 +18,8 @@ from runtime.dense import dense_mqa_topk, dense_variant_for
 from runtime.fused import launch_variant
 from runtime.loader import aligned16 as _aligned, load
 from runtime.scoring import row_pieces
-from runtime.table import find_table, load_table, nearest
+from runtime.gpu import device_identity
+from runtime.table import load_table, nearest, table_for
 from runtime.verify import verify_topk
 from runtime.workloads import make_workload
 
@@ -32,7 +33,7 @@ def fused_variant(name: str, heads: int, top_k: int, rows: int, keys: int) -> Va
     """`name`, or 'default' (the untuned default), or 'table' (what the runtime dispatches this shape to
     on this GPU: the nearest bucket's variant of its tuned table, the default where there is none)."""
     if name == "table":
-        entry = nearest(load_table(find_table(torch.cuda.get_device_name())) or [], heads, top_k, rows, keys)
+        entry = nearest(load_table(table_for(device_identity(torch.cuda.current_device())).path) or [], heads, top_k, rows, keys)
         return Variant.from_name(entry.variant) if entry else default_variant(heads, top_k)
     return default_variant(heads, top_k) if name == "default" else Variant.from_name(name)
 

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -129,8 +130,11 @@ def _esc(path: Path) -> str:
     return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False) -> list[BuildPlan]:
-    """Builds every variant not yet in the cache (in parallel); returns their plans in order."""
+def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False,
+          progress: bool | None = None) -> list[BuildPlan]:
+    """Builds every variant not yet in the cache (in parallel); returns their plans in order.
+    progress (default: when stderr is a terminal) shows a bar, or a line a library where stderr is
+    not a terminal; verbose passes nvcc's own output through."""
     root = root or cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     plans = [plan(v, root) for v in variants]
@@ -146,20 +150,46 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
             ninja_file = root / f"build.{os.getpid()}.ninja"
             ninja_file.write_text(_ninja_file(missing))
             cmd = [ninja_path(), "-f", str(ninja_file), "-j", str(jobs or os.cpu_count() or 1)]
-            if not verbose and _ninja_has_quiet():
-                cmd.append("--quiet")
-            proc = subprocess.run(cmd, cwd=root, capture_output=not verbose, text=True)
-            ninja_file.unlink(missing_ok=True)
-            if proc.returncode != 0:
+            try:
+                if verbose:
+                    proc = subprocess.run(cmd, cwd=root, text=True)
+                    returncode, output = proc.returncode, ""
+                else:
+                    returncode, output = _run_ninja(cmd, root, len(missing),
+                                                    sys.stderr.isatty() if progress is None else progress)
+            finally:
+                ninja_file.unlink(missing_ok=True)
+            if returncode != 0:
                 failed = [p.variant.name for p in missing if not p.is_built]
-                raise BuildError(f"nvcc failed for {failed}:\n{(proc.stdout or '')[-8000:]}{(proc.stderr or '')[-2000:]}")
+                raise BuildError(f"nvcc failed for {failed}:\n{output[-10000:]}")
     return plans
 
 
-@lru_cache(maxsize=1)
-def _ninja_has_quiet() -> bool:
-    out = subprocess.run([ninja_path(), "--help"], capture_output=True, text=True)
-    return "--quiet" in (out.stdout + out.stderr)
+def _run_ninja(cmd: list[str], root: Path, count: int, progress: bool) -> tuple[int, str]:
+    """Runs ninja, its output captured; with progress, a bar on a terminal (tqdm) or a line a finished
+    library elsewhere. Returns (exit code, output)."""
+    env = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    bar = None
+    if progress and sys.stderr.isatty():
+        from tqdm import tqdm  # (an optuna dependency) a bar where someone watches
+
+        bar = tqdm(total=count, desc="nvcc", unit="library", file=sys.stderr)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        done = re.match(r"\[(\d+)/(\d+)\] nvcc (\S+)", line)
+        if done and progress:
+            name = Path(done.group(3)).parent.name
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(name[-40:])
+            else:
+                print(f"nvcc [{done.group(1)}/{done.group(2)}] {name}", file=sys.stderr, flush=True)
+    returncode = proc.wait()
+    if bar is not None:
+        bar.close()
+    return returncode, "".join(lines)
 
 
 @dataclass(frozen=True)

@@ -212,24 +212,24 @@ def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
     return None
 
 
-def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, trials: int, out_dir: Path,
+def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: int, out_dir: Path,
         time_budget_s: float | None = None, storage: str | None = None, build_fn=None, meta: dict | None = None,
         log=print) -> list[BucketResult]:
     """Tunes each bucket in turn, rewriting the table after each; once the time budget is spent, the
     buckets not yet started are skipped (the first always runs)."""
-    path = table_path(gpu_name, out_dir)
+    path = table_path(gpu, out_dir)
     results = []
     start = time.monotonic()
     for bucket in buckets:
         if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
             break
-        incumbent = table_choice(bucket, [path, find_table(gpu_name)])
+        incumbent = table_choice(bucket, [path, find_table(gpu)])
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent, log=log)
         results.append(r)
         entry = r.entry()
         if entry is not None:
-            save_table(path, gpu_name, merge_entries(load_table(path) or [], [entry]),
+            save_table(path, gpu, merge_entries(load_table(path) or [], [entry]),
                        {"arch": arch, "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                         **(meta or {})})
             log(f"[{bucket.name}] best {entry.variant}: fused {entry.fused_ms:.3f} ms, dense {entry.dense_ms:.3f} ms "
@@ -237,12 +237,12 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu_name: str, arch: str, tri
     return results
 
 
-def refresh(measurer: Measurer, gpu_name: str, arch: str, out_dir: Path, build_fn=None, meta: dict | None = None,
+def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=None, meta: dict | None = None,
             log=print) -> list[Entry]:
     """Re-times every entry of this GPU's table, its fused variant (verified) against the dense path as
     it is now, without searching: the fused/dense crossover moves whenever either path changes. An
     entry whose variant no longer verifies is dropped (the runtime then uses its defaults there)."""
-    path = table_path(gpu_name, out_dir)
+    path = table_path(gpu, out_dir)
     entries = load_table(path) or []
     if not entries:
         log(f"no table entries at {path}: nothing to refresh (tune first)")
@@ -261,7 +261,7 @@ def refresh(measurer: Measurer, gpu_name: str, arch: str, out_dir: Path, build_f
         log(f"[{bucket.name}] {e.variant}: fused {e.fused_ms:.3f} -> {new.fused_ms:.3f} ms, dense {e.dense_ms:.3f} -> "
             f"{new.dense_ms:.3f} ms: {e.use} -> {new.use}")
         fresh.append(new)
-    save_table(path, gpu_name, fresh, {"arch": arch, "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(
+    save_table(path, gpu, fresh, {"arch": arch, "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"), **(meta or {})})
     return fresh
 
@@ -360,18 +360,24 @@ def main(args) -> int:
               "  python -m pytest -q tests            # the CPU test suite\n"
               "and on a machine with an sm_89+ GPU, run this command again.", file=sys.stderr)
         return 2
-    gpu = torch.cuda.get_device_name()
-    arch = arch_for_capability(*torch.cuda.get_device_capability())
+    from runtime.gpu import device_identity
+
+    identity = device_identity(torch.cuda.current_device())
+    gpu = identity.key  # what the table is named and found by
+    arch = arch_for_capability(*identity.capability)
     if arch is None:
-        print(f"{gpu} has no fp8 tensor cores (needs sm_89+): the dense path serves it; nothing to tune.", file=sys.stderr)
+        print(f"{identity.name} has no fp8 tensor cores (needs sm_89+): the dense path serves it; nothing to tune.",
+              file=sys.stderr)
         return 2
     if importlib.util.find_spec("optuna") is None:
         print("optuna is missing: pip install optuna", file=sys.stderr)
         return 2
     from .build import build
 
-    meta = {"torch": torch.__version__, "cuda": torch.version.cuda,
-            "command": "python -m generator tune " + " ".join(sys.argv[2:])}
+    # portable_arch: every variant was checked against the arch's limits (generator.space), so a GPU of
+    # the same arch without a table of its own may borrow this one (runtime.table.table_for).
+    meta = {"gpu": identity.name, "sms": identity.sms, "portable_arch": arch.name, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "command": "python -m generator tune " + " ".join(sys.argv[2:])}
     out_dir = args.out_dir or table_dir()
     if args.refresh:
         print(f"refreshing {table_path(gpu, out_dir)} on {gpu}", flush=True)

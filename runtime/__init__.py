@@ -14,12 +14,12 @@ from generator.variant import Variant
 
 from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs, clamp_ranges
 from .dense import dense_mqa_topk
-from .dispatch import choose_variant
+from .dispatch import Decision, choose_variant, decide
 from .fused import AUTO, fused_op
 from .reference import reference_mqa_topk
 
-__all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "choose_variant", "check_inputs",
-           "SUPPORTED_HEADS", "SUPPORTED_TOP_K", "Problem"]
+__all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "explain", "choose_variant", "check_inputs",
+           "SUPPORTED_HEADS", "SUPPORTED_TOP_K", "Problem", "Decision"]
 
 
 def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, variant: Variant | str | None = None,
@@ -41,3 +41,12 @@ def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, va
     if name != AUTO and problem.device.type != "cuda":
         raise ValueError(f"variant {name} needs CUDA tensors; q is on {problem.device}")
     return fused_op(q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, name)
+
+
+def explain(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int) -> Decision:
+    """What fused_mqa_topk would do with these arguments and why: the path, the variant, the GPU
+    identity, the table read (its own, or borrowed from a GPU of the same arch) and the nearest
+    bucket's entry. print() it. Checks shapes and dtypes only; runs nothing."""
+    problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=False)
+    return decide(problem)
+

@@ -1,45 +1,90 @@
 """Which path serves a call: the tuned table's variant for this GPU, or the dense path.
 
 Dense where: the tensors are not on a CUDA GPU; no compiled arch runs on it (needs sm_89+ fp8
-tensor cores); there is no table for this GPU model; the nearest bucket's entry says dense won;
-or FUSED_MQA_TOPK_PATH=dense. FUSED_MQA_TOPK_PATH=fused forces the fused kernel (the table's
+tensor cores); there is no table for this GPU (its own, or one of the same arch that says it is
+valid here: runtime.table.table_for); the nearest bucket's entry says dense won; or
+FUSED_MQA_TOPK_PATH=dense. `decide` says which and why (runtime.explain). FUSED_MQA_TOPK_PATH=fused forces the fused kernel (the table's
 variant, else the untuned default) wherever one can run.
 """
 
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from dataclasses import dataclass
 
 import torch
 
-from generator.arch import arch_for_capability
 from generator.space import default_variant
 from generator.variant import Variant
 
 from .contract import Problem
-from .table import Entry, find_table, load_table, nearest
+from .gpu import device_identity
+from .table import Entry, load_table, nearest, table_for
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
 
 
-@lru_cache(maxsize=None)
-def device_info(index: int) -> tuple[str, str | None]:
-    """(GPU name, the arch name our builds use on it, or None)."""
-    arch = arch_for_capability(*torch.cuda.get_device_capability(index))
-    return torch.cuda.get_device_name(index), arch.name if arch else None
+@dataclass(frozen=True)
+class Decision:
+    """What dispatch does with a call, and why (runtime.explain returns it)."""
+
+    variant: Variant | None  # None: the dense path
+    why: str
+    gpu: str | None = None  # the GPU identity key
+    table: str | None = None  # the table read, and why that one
+    entry: Entry | None = None  # the nearest bucket's entry
+
+    @property
+    def path(self) -> str:
+        return "dense" if self.variant is None else "fused"
+
+    def __str__(self) -> str:
+        lines = [f"path: {self.path}" + (f" ({self.variant.name})" if self.variant else ""), f"why: {self.why}"]
+        if self.gpu:
+            lines.append(f"gpu: {self.gpu}")
+        if self.table:
+            lines.append(f"table: {self.table}")
+        if self.entry:
+            e = self.entry
+            lines.append(f"bucket: heads {e.heads}, top-k {e.top_k}, {e.rows} rows x {e.keys} keys: {e.variant}, "
+                         f"fused {e.fused_ms:.3f} ms vs dense {e.dense_ms:.3f} ms")
+        return "\n".join(lines)
+
+
+def decide(problem: Problem) -> Decision:
+    """The path for this problem, and why."""
+    path = os.environ.get(PATH_ENV, "auto")
+    if path not in PATHS:
+        raise ValueError(f"{PATH_ENV}={path!r}: expected one of {PATHS}")
+    if path == "dense":
+        return Decision(None, f"{PATH_ENV}=dense")
+    if problem.device.type != "cuda":
+        return Decision(None, f"the inputs are on {problem.device}, not a CUDA GPU")
+    identity = device_identity(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
+    choice = table_for(identity)
+    entries = load_table(choice.path) or []
+    table = f"{choice.path} ({choice.why})" if choice.path else choice.why
+    if identity.arch is None:
+        return Decision(None, f"{identity.name} has no fp8 tensor cores (needs sm_89+)", identity.key, table)
+    entry = nearest(entries, problem.heads, problem.top_k, problem.rows, problem.keys)
+    variant = select_variant(entries, identity.arch, problem, force_fused=path == "fused")
+    if path == "fused":
+        why = f"{PATH_ENV}=fused: " + ("the nearest bucket's variant" if entry else "no bucket: the untuned default")
+    elif entry is None:
+        why = "no tuned bucket for these heads and top-k on this GPU"
+    elif variant is None and Variant.from_name(entry.variant).arch != identity.arch:
+        why = f"the nearest bucket's variant is built for {Variant.from_name(entry.variant).arch}, not {identity.arch}"
+    elif variant is None:
+        why = f"in the nearest bucket the dense path won ({entry.dense_ms / entry.fused_ms:.2f}x)"
+    else:
+        why = f"in the nearest bucket the fused variant won ({entry.dense_ms / entry.fused_ms:.2f}x)"
+    return Decision(variant, why, identity.key, table, entry)
 
 
 def choose_variant(problem: Problem) -> Variant | None:
     """The fused variant to run for this problem, or None for the dense path."""
-    path = os.environ.get(PATH_ENV, "auto")
-    if path not in PATHS:
-        raise ValueError(f"{PATH_ENV}={path!r}: expected one of {PATHS}")
-    if path == "dense" or problem.device.type != "cuda":
-        return None
-    gpu, arch = device_info(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
-    return select_variant(load_table(find_table(gpu)) or [], arch, problem, force_fused=path == "fused")
+    return decide(problem).variant
 
 
 def select_variant(entries: list[Entry], arch: str | None, problem: Problem, force_fused: bool = False) -> Variant | None:

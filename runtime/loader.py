@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import warnings
 
 import torch
 
-from generator.build import BuildError, build
+from generator.build import BuildError, build, cache_dir, plan
 from generator.dense_variant import DenseVariant
 from generator.variant import Variant
 
@@ -153,9 +154,12 @@ def load(variant: Variant | DenseVariant) -> KernelLibrary | DenseLibrary:
             lib = _loaded.get(variant.name)
             if lib is None:
                 try:
-                    (plan,) = build([variant])
+                    if not plan(variant).is_built:
+                        print(f"fused-mqa-topk: compiling {variant.name} on first use (nvcc, about a minute; "
+                              f"cached in {cache_dir()})", file=sys.stderr, flush=True)
+                    (built,) = build([variant])
                     kind = DenseLibrary if isinstance(variant, DenseVariant) else KernelLibrary
-                    lib = _loaded[variant.name] = kind(variant, str(plan.library))
+                    lib = _loaded[variant.name] = kind(variant, str(built.library))
                 except (BuildError, OSError) as e:  # OSError: an unwritable cache, a library that does not load
                     raise KernelUnavailable(f"{variant.name} is unavailable: {type(e).__name__}: {e}") from e
     return lib

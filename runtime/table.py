@@ -19,6 +19,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from .gpu import GpuIdentity
+
 TABLE_DIR_ENV = "FUSED_MQA_TOPK_TABLES"
 SHIPPED_TABLES = resources.files("runtime") / "tuned_configs"
 
@@ -55,12 +57,42 @@ def shipped_table_dir() -> Path:
     return Path(str(SHIPPED_TABLES))
 
 
-def find_table(gpu_name: str) -> Path | None:
-    """This GPU's table: the user's (table_dir()) if there is one, else the shipped one, else None."""
-    for path in (table_path(gpu_name), table_path(gpu_name, shipped_table_dir())):
+def find_table(key: str) -> Path | None:
+    """The table named for this GPU identity key: the user's (table_dir()) if there is one, else the
+    shipped one, else None."""
+    for path in (table_path(key), table_path(key, shipped_table_dir())):
         if path.is_file():
             return path
     return None
+
+
+@dataclass(frozen=True)
+class TableChoice:
+    path: Path | None
+    why: str
+
+
+def table_for(identity: GpuIdentity) -> TableChoice:
+    """The table dispatch reads for this GPU: its own; else the table of the same arch tuned on the
+    GPU nearest in SM count, where the tuner recorded that its variants are valid on every GPU of that
+    arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none."""
+    own = find_table(identity.key)
+    if own is not None:
+        return TableChoice(own, f"{identity.key}'s own table")
+    if identity.arch is None:
+        return TableChoice(None, f"{identity.name} has no fp8 tensor cores (sm_89+): no table applies")
+    portable = [(path, meta) for path in table_paths() if (meta := table_meta(path)).get("portable_arch") == identity.arch]
+    if not portable:
+        return TableChoice(None, f"no table for {identity.key}, and none tuned on another {identity.arch} GPU says it is "
+                                 f"valid here")
+
+    def distance(item) -> float:
+        return abs(math.log2(max(1, item[1].get("sms", 1)) / max(1, identity.sms)))
+
+    path, meta = min(portable, key=distance)
+    return TableChoice(path, f"no table for {identity.key}: borrowed {meta.get('identity', path.stem)}'s (same arch "
+                             f"{identity.arch}, nearest SM count; its variants are valid on every {identity.arch} GPU, "
+                             f"their speed was measured there)")
 
 
 def table_paths() -> list[Path]:
@@ -68,13 +100,13 @@ def table_paths() -> list[Path]:
     return sorted(table_dir().glob("*.json")) + sorted(shipped_table_dir().glob("*.json"))
 
 
-def table_key(gpu_name: str) -> str:
-    """The one place a device name becomes a file name: 'NVIDIA H200' -> 'NVIDIA_H200'."""
-    return re.sub(r"[^A-Za-z0-9]+", "_", gpu_name).strip("_")
+def table_key(key: str) -> str:
+    """The one place a GPU identity key (runtime.gpu) becomes a file name: 'H200-132SM' stays."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", key).strip("_")
 
 
-def table_path(gpu_name: str, directory: Path | None = None) -> Path:
-    return (directory or table_dir()) / f"{table_key(gpu_name)}.json"
+def table_path(key: str, directory: Path | None = None) -> Path:
+    return (directory or table_dir()) / f"{table_key(key)}.json"
 
 
 def load_table(path: Path | None) -> list[Entry] | None:
@@ -88,16 +120,30 @@ def load_table(path: Path | None) -> list[Entry] | None:
     return _load(str(path), mtime)
 
 
+def table_meta(path: Path) -> dict:
+    """A table file's fields other than its entries ({} where there is no file)."""
+    try:
+        mtime = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return {}
+    return _read(str(path), mtime)[0]
+
+
 @lru_cache(maxsize=16)
-def _load(path: str, mtime: int) -> list[Entry]:
+def _read(path: str, mtime: int) -> tuple[dict, list[Entry]]:
     data = json.loads(Path(path).read_text())
     keys = {f for f in Entry.__dataclass_fields__}
-    return [Entry(**{k: e[k] for k in keys}) for e in data["entries"]]
+    return {k: v for k, v in data.items() if k != "entries"}, [Entry(**{k: e[k] for k in keys}) for e in data["entries"]]
 
 
-def save_table(path: Path, gpu_name: str, entries: list[Entry], meta: dict) -> None:
+def _load(path: str, mtime: int) -> list[Entry]:
+    return _read(path, mtime)[1]
+
+
+def save_table(path: Path, identity: str, entries: list[Entry], meta: dict) -> None:
+    """Writes a table for the GPU identity key `identity` (atomically), with `meta` beside its entries."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"gpu": gpu_name, **meta, "entries": [e.to_json() for e in sorted(entries, key=_bucket)]}
+    data = {"identity": identity, **meta, "entries": [e.to_json() for e in sorted(entries, key=_bucket)]}
     tmp = path.with_name(path.name + f".tmp.{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)

@@ -10,7 +10,9 @@ from generator.variant import Variant
 from runtime import choose_variant
 from runtime.contract import Problem
 from runtime.dispatch import select_variant
-from runtime.table import Entry, load_table, nearest, save_table, shipped_table_dir, table_key, table_path
+from runtime.gpu import identify
+from runtime.table import (TABLE_DIR_ENV, Entry, load_table, nearest, save_table, shipped_table_dir, table_for,
+                           table_key, table_path)
 
 
 def entry(heads=32, top_k=2048, rows=4096, keys=131072, fused=1.0, dense=2.0, variant=None):
@@ -22,10 +24,39 @@ def problem(heads=32, top_k=2048, rows=4096, keys=131072, device="cuda"):
     return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=torch.device(device))
 
 
-def test_table_key_is_the_only_name_folding():
-    assert table_key("NVIDIA H200") == "NVIDIA_H200"
-    assert table_key("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB_HBM3"
-    assert table_path("NVIDIA H200").name == "NVIDIA_H200.json"
+@pytest.mark.parametrize("name, capability, sms, key", [
+    ("NVIDIA H200", (9, 0), 132, "H200-132SM"),
+    ("NVIDIA H200 NVL", (9, 0), 132, "H200-NVL-132SM"),
+    ("NVIDIA H100 80GB HBM3", (9, 0), 132, "H100-SXM-132SM"),
+    ("NVIDIA H100 PCIe", (9, 0), 114, "H100-PCIe-114SM"),
+    ("NVIDIA H100 NVL", (9, 0), 132, "H100-NVL-132SM"),
+    ("NVIDIA H800", (9, 0), 132, "H800-132SM"),
+    ("NVIDIA H20", (9, 0), 78, "H20-78SM"),
+    ("NVIDIA GH200 480GB", (9, 0), 132, "GH200-132SM"),
+    ("NVIDIA L40S", (8, 9), 142, "L40S-142SM"),
+])
+def test_gpu_identity_is_family_and_sm_count(name, capability, sms, key):
+    identity = identify(name, capability, sms)
+    assert identity.key == key and table_key(identity.key) == key
+    assert table_path(identity.key).name == f"{key}.json"
+    assert identity.arch == ("sm90a" if capability == (9, 0) else "sm89")
+
+
+def test_a_gpu_without_a_table_borrows_the_nearest_portable_one_of_its_arch(tmp_path, monkeypatch):
+    monkeypatch.setenv(TABLE_DIR_ENV, str(tmp_path))
+    h20, h100 = identify("NVIDIA H20", (9, 0), 78), identify("NVIDIA H100 PCIe", (9, 0), 114)
+    shipped = table_for(identify("NVIDIA H200", (9, 0), 132))
+    assert shipped.path.name == "H200-132SM.json" and "own table" in shipped.why
+    choice = table_for(h20)  # the shipped H200 table records portable_arch sm90a
+    assert choice.path.name == "H200-132SM.json" and "borrowed H200-132SM" in choice.why
+    save_table(table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", [entry()],
+               {"arch": "sm90a", "sms": 114, "portable_arch": "sm90a"})
+    assert table_for(h20).path.name == "H100-PCIe-114SM.json"  # nearer in SM count
+    assert "own table" in table_for(h100).why
+    save_table(table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", [entry()], {"arch": "sm90a", "sms": 114})
+    assert table_for(h20).path.name == "H200-132SM.json"  # a table that does not say it is portable is not borrowed
+    ada = table_for(identify("NVIDIA L40S", (8, 9), 142))
+    assert ada.path is None and "none tuned on another sm89 GPU" in ada.why
 
 
 def test_nearest_is_by_log_distance_within_heads_and_top_k():
@@ -40,9 +71,9 @@ def test_nearest_is_by_log_distance_within_heads_and_top_k():
 def test_save_and_load_round_trip(tmp_path):
     path = tmp_path / "GPU.json"
     entries = [entry(), entry(top_k=512, fused=3.0, dense=2.0)]
-    save_table(path, "Some GPU", entries, {"arch": "sm90a"})
+    save_table(path, "Some-GPU-100SM", entries, {"arch": "sm90a"})
     data = json.loads(path.read_text())
-    assert data["gpu"] == "Some GPU" and data["arch"] == "sm90a"
+    assert data["identity"] == "Some-GPU-100SM" and data["arch"] == "sm90a"
     assert {e["use"] for e in data["entries"]} == {"fused", "dense"}
     assert sorted(load_table(path), key=lambda e: e.top_k) == sorted(entries, key=lambda e: e.top_k)
     assert load_table(tmp_path / "missing.json") is None
@@ -76,9 +107,31 @@ def test_shipped_tables_name_valid_variants_of_their_arch():
     assert paths, "ship at least one tuned table"
     for path in paths:
         data = json.loads(path.read_text())
-        assert path.name == f"{table_key(data['gpu'])}.json"
+        assert path.name == f"{table_key(data['identity'])}.json"
+        assert data["portable_arch"] == data["arch"] and data["sms"] > 0
         for e in load_table(path):
             v = Variant.from_name(e.variant)
             assert rejection_reason(v) is None, (path.name, e.variant)
             assert v.arch == data["arch"] and (v.heads, v.top_k) == (e.heads, e.top_k)
             assert e.fused_ms > 0 and e.dense_ms > 0
+
+
+def test_decide_says_which_table_bucket_and_variant_and_why(tmp_path, monkeypatch):
+    import runtime.dispatch as dispatch
+
+    monkeypatch.setenv(TABLE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(dispatch, "device_identity", lambda index: identify("NVIDIA H20", (9, 0), 78))
+    d = dispatch.decide(problem(rows=16384, keys=131072, device="cuda:0"))
+    assert d.gpu == "H20-78SM" and "borrowed H200-132SM" in d.table
+    assert d.entry is not None and (d.entry.rows, d.entry.keys) == (16384, 131072)
+    assert d.path == ("fused" if d.entry.use == "fused" else "dense") and "nearest bucket" in d.why
+    text = str(d)
+    assert d.entry.variant in text and "fused" in text and "dense" in text
+
+
+def test_explain_on_cpu_tensors():
+    from runtime import explain
+    from runtime.workloads import make_workload
+
+    d = explain(*make_workload("random", 4, 1000, 32, 512).args())
+    assert d.path == "dense" and "cpu" in d.why
