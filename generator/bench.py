@@ -50,8 +50,8 @@ def scaled_mm_tflops(n: int = 8192, seconds: float = 0.0) -> float:
     """torch._scaled_mm's fp8 rate at n^3: the median of a burst of 20 products, or with `seconds`, of
     products run back to back for that long. The two differ on a power-capped card: an H200 holds its
     700 W cap under sustained load, and there this rate fell from about 1,450 (burst) to 1,230 TFLOP/s
-    at 1,410 MHz, while a 70 ms fused launch held 1,725 MHz (tools/clocks.py; BENCHMARKS.md, session
-    14). A launch timed over seconds is held to the sustained floor."""
+    at 1,410 MHz, while a 70 ms fused launch held 1,725 MHz (tools/clocks.py; experiment log,
+    "2026-12-01: power cap"). A launch timed over seconds is held to the sustained floor."""
     op, flops = scaled_mm_op(n)
     ms = median_ms(op, warmup=3, reps=1 << 30, max_seconds=seconds) if seconds else median_ms(op, warmup=3, reps=20)
     return flops / (ms * 1e-3) / 1e12

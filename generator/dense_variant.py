@@ -99,6 +99,7 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
 
 def default_dense_variant(heads: int, top_k: int, arch: str = "sm90a") -> DenseVariant:
     # 2 warpgroups x 2 pipelined slices: 791 vs 757 TFLOP/s (4 x 1) at H = 32, about even at H = 64
-    # (BENCHMARKS.md, session 4); 4 x 1 also spills at H = 32 since the per-unit store pointers.
+    # (experiment log, "2026-11-29: logits kernel's time"); 4 x 1 also spills at H = 32 since the
+    # per-unit store pointers.
     return DenseVariant(arch=arch, heads=heads, top_k=top_k, rows=128 // heads, math_wgs=2, slices=2, q_stages=2, kv_stages=4,
                         topk_threads=512, topk_buffer=8192)

@@ -104,13 +104,15 @@ def kernel_kinds(arch: str = "sm90a") -> list[tuple[str, bool]]:
 def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant]:
     """The points a tuning study measures before it searches: the arch's default (its fastest kind),
     shapes of that kind that won buckets where the default did not, then the other kinds' defaults.
-    Such shapes so far: the gated kernel with two math warpgroups of two 64-key slices each (232
-    registers a thread; on an H200 it won every bucket from 256K keys up, by about 3% at 512K, and
-    lost by about 3% at 128K: BENCHMARKS.md, session 6), and that shape with selector warps (each
-    block's answers selected beside the next block's scan; it won at 128K keys and lost 2.5x at 32K,
-    where the three selector warps cannot keep up with the scan: session 9), and with a selector
-    warpgroup more (seven selector warps: at 32K keys, H = 32, top-2048 12% faster than the math
-    warps' selection; session 12)."""
+    Such shapes so far (docs/experiment-log.md):
+      * the gated kernel with two math warpgroups of two 64-key slices each (232 registers a
+        thread; on an H200 it won every bucket from 256K keys up, by about 3% at 512K, and lost by
+        about 3% at 128K: "2026-11-29: cheaper epilogue");
+      * that shape with selector warps (each block's answers selected beside the next block's scan;
+        it won at 128K keys and lost 2.5x at 32K, where the three selector warps cannot keep up with
+        the scan: "2026-11-29: selector warps");
+      * and with a selector warpgroup more (seven selector warps: at 32K keys, H = 32, top-2048 12%
+        faster than the math warps' selection: "2026-11-30: seven selector warps")."""
     first = default_variant(heads, top_k, arch)
     shapes = [replace(first, key_tile=256, warps=8, select_warps=s) for s in (0, 3, 7)] if first.gated else []
     points = [first, *shapes, *(d for d in default_variants(heads, top_k, arch) if d != first)]
@@ -120,8 +122,9 @@ def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant
 def neighbors(v: Variant, axes: tuple[str, ...]) -> list[Variant]:
     """The valid points that differ from `v` in exactly one of `axes`, axis by axis in that order:
     where a tuning study looks next after its starting points, before it samples. The tuned axes
-    interact little near a good point (each of sessions 4-6's gains was one axis moved), and a study
-    of a few dozen trials cannot afford TPE's random start over a space of thousands of points."""
+    interact little near a good point (each gain logged from "2026-11-29: logits kernel's time" to
+    "2026-11-29: cheaper epilogue" moved one axis), and a study of a few dozen trials cannot afford
+    TPE's random start over a space of thousands of points."""
     out = []
     for axis in axes:
         for value in AXES[axis]:
@@ -144,7 +147,8 @@ def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None
         # 128 (row, head) columns, three math warpgroups (192 keys per tile), slabs of 16K candidates.
         # Four warpgroups get only 104 registers each and spill; three get 152 and do not. Three were
         # the fastest shape at 128K keys on an H200; from 256K up two of two slices each win
-        # (starting_points), which tuned tables pick (BENCHMARKS.md, sessions 4 and 6).
+        # (starting_points), which tuned tables pick (experiment log, "2026-11-29: logits kernel's
+        # time" and "2026-11-29: cheaper epilogue").
         v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=192, warps=12, stages=4,
                     buffer=16384, sample_tiles=32)
     elif mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits

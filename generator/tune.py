@@ -37,10 +37,11 @@ NEIGHBOR_AXES = ("select_warps", "sample_tiles", "stages", "buffer", "key_tile",
 # (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context. The
 # runtime takes the nearest bucket on a log scale, so a table needs both sides of every crossover:
 # fused/dense (on an H200 fused wins from 32K keys up, by 1.1x to 2.2x; at 8K keys the 32K bucket's
-# variant took twice the dense path's time, 1.55 against 0.81 ms at 4K rows: BENCHMARKS.md, session
-# 14) and between variants (three gated warpgroups win at 128K keys, two of two slices at 512K:
-# session 6). A full 16K-row chunk at 32K keys has its own bucket: it is as far from 4K x 32K as from
-# 16K x 128K; 16K x 16K is the first chunk of every long prompt.
+# variant took twice the dense path's time, 1.55 against 0.81 ms at 4K rows: experiment log,
+# "2026-12-01: power cap") and between variants (three gated warpgroups win at 128K keys, two of two
+# slices at 512K: "2026-11-29: cheaper epilogue"). A full 16K-row chunk at 32K keys has its own
+# bucket: it is as far from 4K x 32K as from 16K x 128K; 16K x 16K is the first chunk of every long
+# prompt.
 DEFAULT_SHAPES = ((4096, 8192), (4096, 16_384), (16_384, 16_384), (4096, 32_768), (16_384, 32_768), (16_384, 131_072),
                   (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576))
 
@@ -204,7 +205,7 @@ def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
 def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
     """The variant the first of `tables` that holds `bucket` names for it: a study's own table, then the
     shipped one, so that a study written to a fresh --out-dir still measures what the runtime runs
-    today (session 12's did not, and could not say whether it beat the table)."""
+    today (the study logged in "2026-11-30: seven selector warps" did not, and could not say whether it beat the table)."""
     for path in tables:
         for e in load_table(path) or []:
             if (e.heads, e.top_k, e.rows, e.keys) == (bucket.heads, bucket.top_k, bucket.rows, bucket.keys):
@@ -316,7 +317,8 @@ def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
     """What a default study is likely to measure before optuna's sampler starts, for every heads and
     top_k: the starting points, the tables' current choices and those choices' one-axis neighbours.
     `generator build --candidates` compiles them ahead, so a tuning run on the GPU measures instead of
-    waiting for nvcc (session 8 prebuilt 249 on a 2-core machine in about 25 minutes)."""
+    waiting for nvcc (249 of them took about 25 minutes on a 2-core machine: experiment log,
+    "2026-11-29: lane-row columns")."""
     paths = table_paths() if tables is None else tables
     chosen = {Variant.from_name(e.variant) for path in paths for e in load_table(path) or []}
     out: set[Variant] = set()
@@ -341,7 +343,8 @@ def add_arguments(p) -> None:
                    help=f"chunk rows x keys of a bucket (repeatable); default: {' '.join(f'{m}x{n}' for m, n in DEFAULT_SHAPES)}")
     p.add_argument("--trials", type=int, default=12,
                    help="measured trials per bucket (default 12: the starting points, the table's choice and the "
-                        "best point's neighbours; in session 7, 28 of the 30 H200 winners were not a starting point)")
+                        "best point's neighbours; in a re-tune of 30 H200 buckets, 28 winners were not a starting "
+                        "point: docs/experiment-log.md, 2026-11-29)")
     p.add_argument("--time-budget", type=float, default=25.0, help="minutes; buckets left when it runs out are skipped")
     p.add_argument("--storage", help="optuna storage URL (e.g. sqlite:///tune.db) to resume studies")
     p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: FUSED_MQA_TOPK_TABLES, else ~/.local/share/fused-mqa-topk/tables; the shipped table: runtime/tuned_configs)")

@@ -1,6 +1,6 @@
 """How the fp8 tensor cores accumulate a 128-byte dot product, as the verifier models it.
 
-Measured bit for bit on an H200 (tools/accumulation.py; BENCHMARKS.md, "Tensor-core arithmetic"),
+Measured bit for bit on an H200 (tools/accumulation.py; BENCHMARKS.md, "Correctness"),
 and as published by Khattak & Mikaitis ("Accurate models of NVIDIA tensor cores", arXiv 2512.07004)
 and Xie et al. (MMA-Sim, arXiv 2511.10909):
 

@@ -61,7 +61,7 @@ def test_every_shipped_variant_compiles(tmp_cache):
                 # passes' loops), off the critical path; the math warps' scan, at 152-224, must not.
                 # With a selector warpgroup more the math warpgroups have 200 registers, and three
                 # per-block values (20 bytes) spill outside the scan loop (tools/sass.py shows which);
-                # at H = 64 the selector warps' passes spill 104 bytes (session 14's short-context
+                # at H = 64 the selector warps' passes spill 104 bytes (the short-context
                 # buckets ship them), the scan and sample loops none.
                 limit = 112 if p.variant.select_warps > 3 else 64
                 assert report.spill_store_bytes <= limit, (p.variant.name, kernel, report)
@@ -144,7 +144,7 @@ def test_ablations_still_patch_the_templates():
         assert len(set(sources.values())) == len(sources)  # every patch changed the source
     # A gated ablation must patch the gated kernel (or the shared headers it calls, as no_relu does),
     # not the rescan kernel compiled beside it (one did, unnoticed, after the code it matched moved:
-    # session 6).
+    # experiment log, "2026-11-29: cheaper epilogue").
     sources = tool.sources(default_variant(32, 2048, gated=True))
     base = sources["baseline"].splitlines()
     rescan_start, gate_start = base.index("namespace rescan {"), base.index("namespace gate {")

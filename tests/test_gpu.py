@@ -220,7 +220,8 @@ def test_every_rows_per_block_layout(heads, rows):
 
 def test_one_math_warpgroup_launches():
     """A gated kernel of one math warpgroup (256 threads): ptxas allocates it only the largest
-    setmaxnreg count, and a launcher expecting more refused every launch (session 8)."""
+    setmaxnreg count, and a launcher expecting more refused every launch (experiment log,
+    "2026-11-29: lane-row columns")."""
     from runtime.fused import launch_variant
 
     variant = dataclasses.replace(default_variant(32, 2048, gated=True), key_tile=128, warps=4, stages=3)

@@ -116,7 +116,7 @@ HOSTILE = textwrap.dedent("""
 def test_hostile_values_with_validation_off_never_fault(name):
     """Ranges outside [0, N] (ks > ke, negative, int32 extremes), fp8 NaN codes, infinite and zero key
     scales, with validate=False: an answer (meaningless), never a fault or a hang. In a child process,
-    so that a fault would fail this test and not the session's CUDA context."""
+    so that a fault would fail this test and not the test run's CUDA context."""
     proc = subprocess.run([sys.executable, "-c", HOSTILE.format(root=str(ROOT), name=name)], capture_output=True,
                           text=True, timeout=300, env=os.environ.copy())
     assert proc.returncode == 0 and "survived" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]

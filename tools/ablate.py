@@ -34,7 +34,7 @@ from tools.cli import variant_tool_parser  # noqa: E402
 # name -> ([(regex, replacement), ...], what it leaves out), per kind of kernel
 # The head sums with w |x| for w relu(x): one FFMA an element instead of FMNMX + FFMA, i.e. what the
 # fmax costs (10-12% on an H200; buying it back with more product columns did not pay: BENCHMARKS.md,
-# session 7).
+# experiment log, "2026-11-29: epilogue experiments").
 NO_RELU = ([(r"s = fmaf\(w\[j\]\[c & 1\], fmaxf\(acc\[4 \* j \+ c\], 0\.f\), s\);",
              "s = fmaf(w[j][c & 1], fabsf(acc[4 * j + c]), s);")],
            "the relu's fmax (w |x| summed instead: wrong scores, the time of one FFMA an element)")
@@ -146,7 +146,8 @@ def cmd_time(args) -> int:
                 stats: dict = {}
                 launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, lib=lib,
                                stats=stats)
-                # (with 5 runs, repeated readings of one build varied by 2-5%; session 13)
+                # (with 5 runs, repeated readings of one build varied by 2-5%: experiment log,
+                # "2026-11-30: loose sample select")
                 ms = median_ms(run, warmup=2, reps=15, max_seconds=3.0)
                 note = f", {stats['rescan_blocks']} blocks rescanned, {stats['split_blocks']} split"
             base = base if base is not None else ms  # the first timed build is the reference

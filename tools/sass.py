@@ -2,16 +2,17 @@
 
 Renders a variant, compiles it to a cubin with the shipped flags, disassembles it with nvdisasm and
 prints, per kernel, ptxas's registers and spills and, per loop that issues tensor-core products
-(wgmma: QGMMA/HGMMA, mma.sync: HMMA), its instruction count and opcode histogram. This session's
-measure of an epilogue change: the gated kernel's scan loop went 321 -> 257 instructions a 64-key
-slice (BENCHMARKS.md, session 6). A loop is a backward branch and the code from its target on.
+(wgmma: QGMMA/HGMMA, mma.sync: HMMA), its instruction count and opcode histogram. How an
+epilogue change was measured: the gated kernel's scan loop went 321 -> 257 instructions a 64-key
+slice (experiment log, "2026-11-29: cheaper epilogue"). A loop is a backward branch and the code from
+its target on.
 
     python tools/sass.py VARIANT [--top 30] [--keep DIR] [--timeline]
 
 --timeline lists, per loop, where the products are issued and waited for (instruction positions):
 what overlaps a warpgroup's own products is what ptxas placed between their issue and their wait,
-which the source order does not decide (session 7: in the 2 x 2 gated loop ptxas hoisted most of
-slice 1's epilogue above the next tile's issue, so that product overlapped 93 of 506 instructions;
+which the source order does not decide (experiment log, "2026-11-29: epilogue experiments": in the
+2 x 2 gated loop ptxas hoisted most of slice 1's epilogue above the next tile's issue, so that product overlapped 93 of 506 instructions;
 BENCHMARKS.md has what forcing the order did).
 
 nvdisasm is not part of a minimal CUDA install; $NVDISASM, PATH and $CUDA_HOME/bin are searched,

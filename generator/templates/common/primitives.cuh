@@ -50,7 +50,7 @@ __device__ __forceinline__ float score_of_code(uint32_t code) {
 
 // A plain (weak) global store, where the compiler would emit a generic one (ST.E: the gated kernel's
 // slab appends, whose pointer is one of several chosen at run time; 3% slower at 16K x 128K than STG,
-// BENCHMARKS.md, session 11). No memory clobber: the callers order it with fences and barriers, which
+// experiment log, "2026-11-30: tail split"). No memory clobber: the callers order it with fences and barriers, which
 // are volatile asm too.
 __device__ __forceinline__ void store_global(uint2* p, uint2 v) {
     asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(p), "r"(v.x), "r"(v.y));
@@ -101,7 +101,7 @@ __device__ __forceinline__ int warp_reserve(int* counter, int count) {
 // lane groups fill two lists from one vote. `votes` is __ballot_sync(~0u, take), taken by the caller
 // so that it can vote for several lists before appending to any (independent chains). No
 // shared-memory round trip, only two popcs. (A uniform early exit where votes == 0 was measured
-// slower at 128K keys and no faster at 512K: BENCHMARKS.md, session 5.)
+// slower at 128K keys and no faster at 512K: experiment log, "2026-11-29: appends without atomics".)
 __device__ __forceinline__ int warp_fill(int& filled, uint32_t votes, uint32_t lanes) {
     const int pos = filled + __popc(votes & lanes & lanemask_lt());
     filled += __popc(votes & lanes);

@@ -20,7 +20,7 @@ struct CtaSync {
 
 // This thread's index in the group that Sync synchronises (threadIdx.x read again at each call:
 // prim::thread_index; hoisted out of the gated kernel's persistent loop, what derives from it spilled
-// in the selector warps: 72 -> 40 bytes stored, BENCHMARKS.md, session 11).
+// in the selector warps: 72 -> 40 bytes stored, experiment log, "2026-11-30: tail split").
 template <typename Sync>
 __device__ __forceinline__ int group_thread() { return prim::thread_index() - Sync::kFirstThread; }
 
