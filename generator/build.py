@@ -1,24 +1,30 @@
 """Compiling variants: rendered sources on disk, a generated build.ninja driving nvcc in parallel.
 
-Layout of the cache (FUSED_MQA_TOPK_CACHE, default ~/.cache/fused-mqa-topk):
+Layout of a kernel cache (FUSED_MQA_TOPK_CACHE, default ~/.cache/fused-mqa-topk):
+    manifest.json                                 every library: variant, source digest, flags, arch, nvcc
     <variant name>/<variant name>.cu              the rendered source, as compiled
-    <variant name>/<variant name>-<digest>.so     the library; digest = source + flags + nvcc version
+    <variant name>/<variant name>-<digest>.so     the library; digest = rendered source + flags
     <variant name>/<variant name>-<digest>.so.log nvcc's output, with ptxas's resource report
 A library is reused while its digest matches, so a changed template or flag never loads a stale
-build. nvcc writes to a temporary name and the result is renamed into place (atomic), and one
-process at a time runs ninja in a cache (a file lock), so no process ever loads a half-written file.
+build; where nvcc is present, one that another nvcc version built (the manifest says which) is
+rebuilt. Without nvcc a library whose digest matches is loaded as it is: a cache made by
+`python -m generator build --shipped` on any machine with nvcc serves one without (copy the
+directory, point FUSED_MQA_TOPK_CACHE or, read-only, FUSED_MQA_TOPK_PREBUILT at it). nvcc writes to
+a temporary name and the result is renamed into place (atomic), and one process at a time runs
+ninja in a cache (a file lock), so no process ever loads a half-written file.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -35,6 +41,8 @@ def spec_from_name(name: str) -> KernelSpec:
     return DenseVariant.from_name(name) if name.startswith("mqa_dense_") else Variant.from_name(name)
 
 CACHE_ENV = "FUSED_MQA_TOPK_CACHE"
+PREBUILT_ENV = "FUSED_MQA_TOPK_PREBUILT"  # a read-only kernel cache searched after the cache
+MANIFEST = "manifest.json"
 BASE_NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v")
 
 
@@ -97,7 +105,7 @@ def plan(v: KernelSpec, root: Path | None = None) -> BuildPlan:
     root = root or cache_dir()
     text = render(v)
     flags = tuple(nvcc_flags(v))
-    digest = hashlib.sha256("\0".join((text, *flags, nvcc_version())).encode()).hexdigest()[:16]
+    digest = hashlib.sha256("\0".join((text, *flags)).encode()).hexdigest()[:16]
     folder = root / v.name
     return BuildPlan(v, text, flags, folder / f"{v.name}.cu", folder / f"{v.name}-{digest}.so")
 
@@ -130,23 +138,79 @@ def _esc(path: Path) -> str:
     return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
+def prebuilt_dir() -> Path | None:
+    env = os.environ.get(PREBUILT_ENV)
+    return Path(env) if env else None
+
+
+def read_manifest(root: Path) -> dict:
+    """The cache's manifest: library file name -> {variant, source_sha256, flags, arch, nvcc}."""
+    try:
+        return json.loads((root / MANIFEST).read_text()).get("libraries", {})
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _record(root: Path, plans: list[BuildPlan], nvcc: str) -> None:
+    """Adds the plans' libraries to the manifest (under the build lock; written atomically)."""
+    libraries = read_manifest(root)
+    for p in plans:
+        libraries[p.library.name] = {"variant": p.variant.name, "arch": p.variant.arch, "flags": list(p.flags),
+                                     "source_sha256": hashlib.sha256(p.source_text.encode()).hexdigest(),
+                                     "nvcc": nvcc}
+    tmp = root / f"{MANIFEST}.tmp.{os.getpid()}"
+    tmp.write_text(json.dumps({"format": 1, "libraries": dict(sorted(libraries.items()))}, indent=1) + "\n")
+    os.replace(tmp, root / MANIFEST)
+
+
+def _nvcc_or_none() -> str | None:
+    try:
+        return nvcc_version()
+    except (BuildError, OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _usable(p: BuildPlan, manifest: dict, nvcc: str | None) -> bool:
+    """The library exists and, where nvcc is here, that nvcc built it."""
+    if not p.library.is_file():
+        return False
+    return nvcc is None or manifest.get(p.library.name, {}).get("nvcc") == nvcc
+
+
 def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False,
           progress: bool | None = None) -> list[BuildPlan]:
-    """Builds every variant not yet in the cache (in parallel); returns their plans in order.
-    progress (default: when stderr is a terminal) shows a bar, or a line a library where stderr is
-    not a terminal; verbose passes nvcc's own output through."""
+    """Builds every variant not yet in the cache (in parallel); returns their plans in order (a plan
+    may point into FUSED_MQA_TOPK_PREBUILT). progress (default: when stderr is a terminal) shows a
+    bar, or a line a library where stderr is not a terminal; verbose passes nvcc's output through.
+    Without nvcc, a variant with no library in the cache or the prebuilt directory is a BuildError."""
     root = root or cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    nvcc = _nvcc_or_none()
     plans = [plan(v, root) for v in variants]
-    for p in plans:
-        write_source(p)
-    missing = [p for p in plans if not p.is_built]
+    manifest = read_manifest(root)
+    prebuilt = prebuilt_dir()
+    for i, p in enumerate(plans):
+        if not _usable(p, manifest, nvcc) and prebuilt is not None:
+            there = replace(p, source=prebuilt / p.source.relative_to(root), library=prebuilt / p.library.relative_to(root))
+            if there.library.is_file():
+                plans[i] = there
+    missing = [p for p in plans if not _usable(p, manifest, nvcc) and not (prebuilt and p.library.is_relative_to(prebuilt))]
     if not missing:
         return plans
+    if nvcc is None:
+        where = f"{root}" + (f" or {prebuilt}" if prebuilt else "")
+        raise BuildError(f"nvcc not found, and {where} holds no library for {[p.variant.name for p in missing]}: "
+                         "install the CUDA toolkit, or build them where nvcc is (python -m generator build "
+                         "--shipped) and ship that cache (README: kernels without a toolchain)")
+    root.mkdir(parents=True, exist_ok=True)
+    for p in missing:
+        write_source(p)
     with open(root / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        missing = [p for p in missing if not p.is_built]  # another process may have built them meanwhile
+        manifest = read_manifest(root)
+        missing = [p for p in missing if not _usable(p, manifest, nvcc)]  # another process may have built them
         if missing:
+            for p in missing:
+                p.library.unlink(missing_ok=True)  # another nvcc's build: ninja must not take it as done
             ninja_file = root / f"build.{os.getpid()}.ninja"
             ninja_file.write_text(_ninja_file(missing))
             cmd = [ninja_path(), "-f", str(ninja_file), "-j", str(jobs or os.cpu_count() or 1)]
@@ -159,6 +223,7 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
                                                     sys.stderr.isatty() if progress is None else progress)
             finally:
                 ninja_file.unlink(missing_ok=True)
+            _record(root, [p for p in missing if p.is_built], nvcc)
             if returncode != 0:
                 failed = [p.variant.name for p in missing if not p.is_built]
                 raise BuildError(f"nvcc failed for {failed}:\n{output[-10000:]}")

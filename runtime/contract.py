@@ -1,4 +1,4 @@
-"""The operation's input contract (SPEC section 1): checks that name the offending argument."""
+"""The operation's input contract (README.md, "The contract"): checks that name the offending argument."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reference path: SPEC's definition, exact fp32 from the fp8 values, on any device."""
+"""The reference path: the contract's definition (README.md), exact fp32 from the fp8 values, on any device."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def reference_scores(q, k_fp8, k_scale, weights, rows: slice, lo: int, hi: int) 
 
 
 def reference_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, budget_bytes: int = 256 << 20):
-    """Top-k per SPEC, computed the slow exact way (the tests' oracle)."""
+    """Top-k per the contract, computed the slow exact way (the tests' oracle)."""
     check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k)
     k_fp8, k_scale = kv
     return topk_by_pieces(fp32_product, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, budget_bytes)

@@ -1,4 +1,4 @@
-"""SPEC's correctness rule, two-sided, checked row by row against exact scores.
+"""The contract's correctness rule (README.md), two-sided, checked row by row against exact scores.
 
 For every row i with n = ke - ks visible keys and c = min(top_k, n):
   * out[i, :c] are distinct indices in [0, n) and out[i, c:] are all -1;

@@ -14,7 +14,8 @@ from conftest import requires_nvcc
 from generator.build import build, plan, resource_report
 from generator.render import render
 from generator.shipped import shipped_dense_variants, shipped_variants
-from generator.space import default_variant
+from generator.arch import ARCHS
+from generator.space import AXES, default_variant, default_variants
 from runtime.loader import DenseLibrary, KernelLibrary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -185,3 +186,53 @@ def test_sass_tool_finds_the_innermost_product_loops():
                                                             "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24"),
                                                            ("FFMA", "FFMA R4, R2, R5, R4"),
                                                            ("BRA", "@!P0 BRA `(.L_x_2)")])]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("arch", ["sm89", "sm100a"])
+def test_the_portable_kernels_build_for_ada_and_blackwell(arch, tmp_cache):
+    """Beyond Hopper the mma.sync kernels serve (Ada: sm_89; Blackwell: sm_100a runs the same
+    instruction): every heads and top-k default builds, spill-free, for the arch's own target."""
+    variants = [v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k, arch)]
+    assert variants and all(v.mma == "mmasync" and v.arch == arch for v in variants)
+    for p in build(variants):
+        report = resource_report(p, "fused_mqa_topk_kernel")
+        assert report.clean and 0 < report.registers <= 255, (p.variant.name, report)
+        assert ARCHS[arch].gencode in p.flags
+
+
+@requires_nvcc
+def test_a_cache_built_with_nvcc_serves_a_machine_without_it(tmp_path, monkeypatch):
+    """`build --shipped` leaves a self-describing cache (manifest.json); without nvcc a library whose
+    digest matches is loaded from the cache or from FUSED_MQA_TOPK_PREBUILT, and a missing one is a
+    BuildError that says what to do. Where nvcc is, a library another nvcc built is rebuilt."""
+    import json
+
+    import generator.build as b
+
+    v = default_variant(32, 512, mma="mmasync")
+    made = tmp_path / "made"
+    (built,) = build([v], root=made)
+    entry = json.loads((made / b.MANIFEST).read_text())["libraries"][built.library.name]
+    assert entry["variant"] == v.name and entry["arch"] == v.arch and entry["nvcc"] == b.nvcc_version()
+    assert entry["flags"] == list(built.flags) and len(entry["source_sha256"]) == 64
+
+    def no_nvcc():
+        raise b.BuildError("nvcc not found")
+
+    monkeypatch.setattr(b, "nvcc_version", no_nvcc)
+    monkeypatch.setattr(b, "nvcc_path", no_nvcc)
+    assert build([v], root=made)[0].library == built.library  # in the cache itself
+    monkeypatch.setenv(b.PREBUILT_ENV, str(made))
+    (found,) = build([v], root=tmp_path / "empty")  # a read-only prebuilt directory
+    assert found.library == built.library and KernelLibrary(v, str(found.library)).threads == v.threads
+    monkeypatch.delenv(b.PREBUILT_ENV)
+    with pytest.raises(b.BuildError, match="holds no library for .*build --shipped"):
+        build([v], root=tmp_path / "empty")
+    monkeypatch.undo()
+    manifest = json.loads((made / b.MANIFEST).read_text())
+    manifest["libraries"][built.library.name]["nvcc"] = "Cuda compilation tools, release 1.0"
+    (made / b.MANIFEST).write_text(json.dumps(manifest))
+    mtime = built.library.stat().st_mtime_ns
+    (again,) = build([v], root=made)
+    assert again.library == built.library and again.library.stat().st_mtime_ns != mtime  # rebuilt by this nvcc

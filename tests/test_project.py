@@ -11,3 +11,27 @@ def test_ci_runs_the_readme_test_command():
     command = "pip install torch==2.13.0 && pip install -e '.[test]' && python -m pytest -q tests"
     assert command in readme and command in ci
     assert "pip install -e . && python -m generator tune" in readme
+
+
+def test_the_repository_speaks_of_the_product():
+    """Records cite dates, commits and sections, not the numbered work periods they were made in, and
+    the README is the manual: the contract is in it, not in a file outside the repository."""
+    import re
+
+    pattern = re.compile(r"\bsessions? \d")
+    offenders = []
+    for folder in ("generator", "runtime", "tools", "tests", "docs", ".ci"):
+        for path in (REPO / folder).rglob("*"):
+            if path.suffix in (".py", ".j2", ".cuh", ".cu", ".md", ".json", ".sh") and "__pycache__" not in path.parts:
+                offenders += [f"{path.relative_to(REPO)}:{i + 1}" for i, line in enumerate(path.read_text().splitlines())
+                              if pattern.search(line) and path.name != "test_project.py"]
+    for name in ("README.md", "BENCHMARKS.md"):
+        offenders += [f"{name}:{i + 1}" for i, line in enumerate((REPO / name).read_text().splitlines())
+                      if pattern.search(line)]
+    assert not offenders, offenders
+    readme = (REPO / "README.md").read_text()
+    assert "SPEC.md" not in readme and "## The contract" in readme
+    from runtime.contract import SUPPORTED_HEADS, SUPPORTED_TOP_K
+
+    assert "**32 or 64**" in readme and SUPPORTED_HEADS == (32, 64)
+    assert "**512, 1024 or 2048**" in readme and SUPPORTED_TOP_K == (512, 1024, 2048)
