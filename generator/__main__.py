@@ -127,9 +127,9 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     def axes(p):
-        p.add_argument("--heads", type=int, choices=AXES["heads"])
-        p.add_argument("--top-k", dest="top_k", type=int, choices=AXES["top_k"])
-        p.add_argument("--arch", choices=AXES["arch"])
+        p.add_argument("--heads", type=int, choices=AXES["heads"], help="only variants for this many heads")
+        p.add_argument("--top-k", dest="top_k", type=int, choices=AXES["top_k"], help="only variants for this top-k")
+        p.add_argument("--arch", choices=AXES["arch"], help="only variants for this compile target")
 
     p = sub.add_parser("list", help="the variant space: valid names (and rejected points with --invalid)")
     axes(p)
@@ -149,15 +149,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", action="store_true",
                    help="what a tuning study likely measures first (starting points, table choices, their "
                         "neighbours): build before `tune` on a machine with few cores")
-    p.add_argument("-j", "--jobs", type=int)
+    p.add_argument("-j", "--jobs", type=int, help="nvcc processes at a time (default: the CPU count)")
     axes(p)
     p.set_defaults(fn=cmd_build)
 
     p = sub.add_parser("check", help="GPU: verify variants against the reference on every family, and time them")
     p.add_argument("--variant", action="append", default=[], help="variant name (default: the default per heads/top_k)")
     p.add_argument("--family", action="append", help="workload family (default: all)")
-    p.add_argument("--rows", type=int, default=384)
-    p.add_argument("--keys", type=int, default=12_288)
+    p.add_argument("--rows", type=int, default=384, help="rows of each family's chunk (default 384)")
+    p.add_argument("--keys", type=int, default=12_288, help="keys of each family's chunk (default 12,288)")
     p.add_argument("--dense", action="store_true", help="also verify the dense path")
     p.add_argument("--shipped", action="store_true",
                    help="every variant a tuned table dispatches or a default names, and every dense variant, on "

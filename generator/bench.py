@@ -200,8 +200,8 @@ def main(args) -> int:
 
 def add_arguments(p) -> None:
     p.add_argument("--shape", action="append", default=[], metavar="MxN", help="causal chunk rows x keys")
-    p.add_argument("--heads", type=int, action="append")
-    p.add_argument("--top-k", dest="top_k", type=int, action="append")
+    p.add_argument("--heads", type=int, action="append", help="heads (repeatable; default 32)")
+    p.add_argument("--top-k", dest="top_k", type=int, action="append", help="top-k (repeatable; default 2048)")
     p.add_argument("--fused", action="append", default=[], metavar="VARIANT",
                    help="also time this fused variant ('default': the default variant of each heads/top-k; "
                         "'table': the tuned table's variant for the shape, as the runtime picks it)")
