@@ -163,7 +163,7 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
                     return report
                 continue
             n = max(0, ke_h[row] - ks_h[row])
-            if min(n, top_k) == 0 or n <= top_k:  # nothing to compare: every visible key is taken
+            if n <= top_k:  # nothing to compare: every visible key is taken
                 continue
             span = slice(ks_h[row] - lo, ke_h[row] - lo)
             chosen = sel[: min(top_k, n)].long()

@@ -1,6 +1,6 @@
 """How the fp8 tensor cores accumulate, and how far the kernels' scores stray from exact (GPU).
 
-    python tools/accumulation.py [--trials 4096] [--out DIR]
+    python tools/accumulation.py [--trials 32768] [--rows 32 --keys 8192] [--out results.json]
 
 1. The instructions. Random e4m3 values over the whole range (subnormals and zeros included) go
    through mma.sync m16n8k32 (tools/mma_probe.cu, the portable kernels' instruction, chained four
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from runtime.tensor_core import emulate_wgmma_dots, random_e4m3  # noqa: E402
+
 
 def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Tensor | None = None,
         relu: bool = False) -> dict:
