@@ -111,8 +111,9 @@ def cmd_check(args) -> int:
 def cmd_bench(args) -> int:
     from .bench import main
 
-    args.heads = args.heads or [32]
-    args.top_k = args.top_k or [2048]
+    if not args.sweep:  # (the sweep has its own defaults)
+        args.heads = args.heads or [32]
+        args.top_k = args.top_k or [2048]
     return main(args)
 
 

@@ -11,6 +11,7 @@ Prints, for the GPU it runs on:
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 
@@ -117,6 +118,11 @@ def main(args) -> int:
     if not torch.cuda.is_available():
         print("bench needs a CUDA GPU.")
         return 2
+    if args.sweep:
+        from .sweep import read_serving, run
+
+        return run(args.heads or [32, 64], args.top_k or [512, 2048], read_serving(args.serving) if args.serving else {},
+                   Path(args.log) if args.log else None, sustain_s=args.sustain or 3.0)
     gpu = torch.cuda.get_device_name()
     log = open(args.log, "a") if args.log else None
 
@@ -212,3 +218,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dense", action="append", default=[], metavar="VARIANT", help="also time this dense variant's logits")
     p.add_argument("--topk-alone", action="store_true", help="time our top-k over the whole chunk's logits (needs rows x keys x 4 bytes)")
     p.add_argument("--log", help="append JSON lines here")
+    p.add_argument("--sweep", action="store_true",
+                   help="the chunks a server sends (generator/sweep.py): rows 1-16K x keys 8K-512K x 1 or 8 requests, "
+                        "AUTO vs our dense path, floor share, verified (default heads 32 and 64, top-k 512 and 2048)")
+    p.add_argument("--serving", type=Path, metavar="JSONL",
+                   help="with --sweep: the serving path's ms per shape, to compare with")

@@ -1,0 +1,119 @@
+"""`python -m generator bench --sweep`: the chunks a server sends, AUTO against our dense path (GPU).
+
+The grid: rows {1, 64, 512, 2048, 8192, 16384} x keys {8K, 32K, 128K, 512K} x {1, 8} requests, for
+each heads and top-k asked (default H = 32 and 64, top-512 and top-2048). A chunk of R rows over Q
+requests holds Q requests of keys / Q tokens each, R / Q rows of each (its last tokens, each row
+seeing its own request's prefix); shapes with fewer rows than requests, or more rows than keys, are
+left out. Per shape, in one run: AUTO as a server calls it (`fused_mqa_topk`, validate=False) and
+our dense path, each the median of event-timed calls; the share of the fp8 floor at `_scaled_mm`'s
+sustained rate measured at the start of the run; both answers verified with the two-sided verifier
+on sampled rows. With --serving FILE (JSON lines {"requests", "rows", "keys", "heads", "top_k", "ms"}:
+the serving engines' dense path on the same shapes), the speed-up over it and the geometric mean.
+docs/serving-dense-h200-2026-12-01.jsonl holds that path's times on an H200 (H = 32, top-2048; DeepGEMM's
+sm90 MQA-logits kernel in 512 MiB pieces, then vLLM's per-row top-k, timed 2026-12-01 by
+triton.testing.do_bench against main at 4dc2441): compare ratios, each side measured in its own run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SWEEP_ROWS = (1, 64, 512, 2048, 8192, 16384)
+SWEEP_KEYS = (8192, 32768, 131072, 524288)
+SWEEP_REQUESTS = (1, 8)
+
+
+@dataclass(frozen=True)
+class Shape:
+    requests: int
+    rows: int
+    keys: int
+    heads: int
+    top_k: int
+
+    @property
+    def key(self) -> tuple:
+        return (self.requests, self.rows, self.keys, self.heads, self.top_k)
+
+
+def sweep_shapes(heads: list[int], top_ks: list[int]) -> list[Shape]:
+    return [Shape(q, r, n, h, k) for h in heads for k in top_ks for q in SWEEP_REQUESTS for n in SWEEP_KEYS
+            for r in SWEEP_ROWS if r >= q and r % q == 0 and r <= n]
+
+
+def chunk(shape: Shape, seed: int = 0, device="cuda"):
+    """The shape's workload: random data, `requests` requests side by side, causal rows in each."""
+    from dataclasses import replace
+
+    from runtime.workloads import make_workload, multi_request_ranges
+
+    base = make_workload("random", shape.rows, shape.keys, shape.heads, shape.top_k, seed=seed, device=device)
+    per = shape.keys // shape.requests
+    ks, ke = multi_request_ranges([(per, shape.rows // shape.requests)] * shape.requests, device)
+    return replace(base, family=f"{shape.requests} request(s)", ks=ks, ke=ke)
+
+
+def read_serving(path: Path) -> dict[tuple, float]:
+    """Serving-path times by shape key, from JSON lines."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            out[(d["requests"], d["rows"], d["keys"], d["heads"], d["top_k"])] = float(d["ms"])
+    return out
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_path: Path | None,
+        sustain_s: float = 3.0) -> int:
+    import torch
+
+    from runtime import dense_mqa_topk, fused_mqa_topk
+    from runtime.verify import verify_topk
+
+    from .bench import scaled_mm_tflops
+    from .timing import median_ms, visible_pairs
+
+    rate = scaled_mm_tflops(seconds=sustain_s)
+    print(f"{torch.cuda.get_device_name()}: _scaled_mm sustained {rate:.0f} TFLOP/s over {sustain_s:.0f} s", flush=True)
+    log = open(log_path, "a") if log_path else None
+    rows_out, ratios, bad = [], [], 0
+    for i, shape in enumerate(sweep_shapes(heads, top_ks)):
+        wl = chunk(shape, seed=i)
+        args = wl.args()
+        auto_ms = median_ms(lambda: fused_mqa_topk(*args, validate=False), warmup=3, reps=15, max_seconds=2.0)
+        dense_ms = median_ms(lambda: dense_mqa_topk(*args, validate=False), warmup=3, reps=15, max_seconds=2.0)
+        sample = range(0, shape.rows, max(1, shape.rows // 32))
+        ok = all(verify_topk(path(*args, validate=False), *args, rows=sample).ok for path in (fused_mqa_topk,
+                                                                                               dense_mqa_topk))
+        bad += not ok
+        floor_ms = 2 * shape.heads * 128 * visible_pairs(wl.ks, wl.ke) / (rate * 1e12) * 1e3
+        result = {**asdict(shape), "auto_ms": auto_ms, "dense_ms": dense_ms, "floor_ms": floor_ms,
+                  "auto_floor_share": floor_ms / auto_ms, "verified": ok}
+        if shape.key in serving:
+            result["serving_ms"] = serving[shape.key]
+            result["vs_serving"] = serving[shape.key] / auto_ms
+            ratios.append(result["vs_serving"])
+        rows_out.append(result)
+        print(_line(result), flush=True)
+        if log:
+            log.write(json.dumps(result) + "\n")
+            log.flush()
+    if ratios:
+        print(f"\nAUTO vs serving: geometric mean {geometric_mean(ratios):.2f}x over {len(ratios)} shapes; slower on "
+              f"{sum(r < 1 for r in ratios)}")
+    print(f"{len(rows_out) - bad}/{len(rows_out)} shapes verified")
+    return 1 if bad else 0
+
+
+def _line(r: dict) -> str:
+    vs = f"  vs serving {r['vs_serving']:.2f}x" if "vs_serving" in r else ""
+    return (f"{'OK ' if r['verified'] else 'BAD'} q{r['requests']} {r['rows']:>6} x {r['keys']:>7} h{r['heads']} "
+            f"k{r['top_k']}: AUTO {r['auto_ms']:.3f} ms, dense {r['dense_ms']:.3f}, floor share "
+            f"{r['auto_floor_share']:.2f}{vs}")
