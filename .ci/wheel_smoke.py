@@ -14,7 +14,8 @@ import runtime
 from generator.build import build, nvcc_path
 from generator.render import render
 from generator.space import default_variant
-from runtime.table import find_table, load_table
+from runtime.gpu import identify
+from runtime.table import load_table, table_for
 from runtime.verify import verify_topk
 from runtime.workloads import make_workload
 
@@ -28,8 +29,9 @@ source = render(variant)
 assert variant.name in source and "mma.sync" in source, "rendered source lacks the variant"
 print("render: ok", len(source), "characters")
 
-entries = load_table(find_table("NVIDIA H200"))
-assert entries, "the shipped H200 table was not found in the installed package"
+choice = table_for(identify("NVIDIA H200", (9, 0), 132))  # as torch names the card
+entries = load_table(choice.path)
+assert entries and "site-packages" in str(choice.path), f"the shipped H200 table was not found in the package: {choice}"
 print("table: ok", len(entries), "entries")
 
 wl = make_workload("random", 8, 3000, 32, 512, seed=1)
