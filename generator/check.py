@@ -74,7 +74,7 @@ def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: in
 def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed: int,
                  variant: DenseVariant | None = None) -> Check:
     """The dense path (our kernels: `variant`, or the default) in pieces of 8 MiB of logits, so that a
-    check covers several pieces; outputs poisoned like the fused kernels'."""
+    check covers several pieces. (It allocates its own output: not poisoned, unlike the fused runs.)"""
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed, device="cuda")
     out = dense_mqa_topk(*wl.args(), logits_budget_bytes=8 << 20, variant=variant)
     report = verify_topk(out, *wl.args())

@@ -148,13 +148,6 @@ def run_with_stats(variant, wl):
     return out, stats
 
 
-def tail_rows(variant, tail_blocks: int) -> int:
-    """Rows whose row blocks fill one round of the GPU's CTAs and leave `tail_blocks` more: the launch's
-    tail, which the selector-warp kernels cut into parts of their keys (8 parts each for a tail of at
-    most 1/8 of the CTAs)."""
-    return (torch.cuda.get_device_properties(0).multi_processor_count + tail_blocks) * variant.rows
-
-
 @pytest.mark.parametrize("variant", SPLITTING, ids=lambda v: v.name)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_split_tail_matches_reference_on_every_family(variant, family):
@@ -163,7 +156,7 @@ def test_split_tail_matches_reference_on_every_family(variant, family):
     from all their parts' candidates on every family. Random rows and rows whose scores rise along the
     keys (the parts' gates far apart) need no rescan; with every score equal the parts overflow and
     their blocks are rescanned whole."""
-    wl = make_workload(family, tail_rows(variant, 3), 140_000, variant.heads, variant.top_k, seed=17, device="cuda")
+    wl = make_workload(family, check.split_tail_rows(variant, 3), 140_000, variant.heads, variant.top_k, seed=17, device="cuda")
     out, stats = run_with_stats(variant, wl)
     report = verify_topk(out, *wl.args())
     assert report.ok, f"{report.summary()} {stats}"
