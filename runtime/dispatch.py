@@ -68,7 +68,7 @@ def decide(problem: Problem) -> Decision:
     if identity.arch is None:
         return Decision(None, f"{identity.name} has no fp8 tensor cores (needs sm_89+)", identity.key, table)
     entry = nearest(entries, problem.heads, problem.top_k, problem.rows, problem.keys)
-    variant = select_variant(entries, identity.arch, problem, force_fused=path == "fused")
+    variant = entry_variant(entry, identity.arch, problem, force_fused=path == "fused")
     if path == "fused":
         why = f"{PATH_ENV}=fused: " + ("the nearest bucket's variant" if entry else "no bucket: the untuned default")
     elif entry is None:
@@ -92,7 +92,12 @@ def select_variant(entries: list[Entry], arch: str | None, problem: Problem, for
     cores); None means dense. force_fused takes the variant even where dense won, or the default."""
     if arch is None:
         return None
-    entry = nearest(entries, problem.heads, problem.top_k, problem.rows, problem.keys)
+    return entry_variant(nearest(entries, problem.heads, problem.top_k, problem.rows, problem.keys), arch, problem,
+                         force_fused)
+
+
+def entry_variant(entry: Entry | None, arch: str, problem: Problem, force_fused: bool = False) -> Variant | None:
+    """What the nearest bucket's entry says for a GPU whose builds target `arch` (see select_variant)."""
     if entry is not None:
         variant = Variant.from_name(entry.variant)
         if variant.arch == arch and (entry.use == "fused" or force_fused):

@@ -75,7 +75,20 @@ class TableChoice:
 def table_for(identity: GpuIdentity) -> TableChoice:
     """The table dispatch reads for this GPU: its own; else the table of the same arch tuned on the
     GPU nearest in SM count, where the tuner recorded that its variants are valid on every GPU of that
-    arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none."""
+    arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
+    Every call of the op asks, so the answer is kept until a table directory changes (two stats)."""
+    return _table_for(identity, str(table_dir()), _mtime(table_dir()), _mtime(shipped_table_dir()))
+
+
+def _mtime(directory: Path) -> int:
+    try:
+        return directory.stat().st_mtime_ns
+    except FileNotFoundError:
+        return -1
+
+
+@lru_cache(maxsize=32)
+def _table_for(identity: GpuIdentity, directory: str, mtime: int, shipped_mtime: int) -> TableChoice:
     own = find_table(identity.key)
     if own is not None:
         return TableChoice(own, f"{identity.key}'s own table")

@@ -69,8 +69,9 @@ def magnitude_bound(q, k_fp8, k_scale, weights, rows, lo: int, hi: int) -> torch
     return (u @ k_fp8[lo:hi].double().abs().T) * k_scale[lo:hi].double()
 
 
-def wgmma_loose_bound(q, k_fp8, k_scale, weights, rows, lo: int, hi: int) -> torch.Tensor:
-    """E_loose [rows, hi - lo] (fp64): at least |wgmma score - exact score| for every pair (see above)."""
+def wgmma_loose_bound(q, k_fp8, k_scale, weights, rows, lo: int, hi: int, magnitude: torch.Tensor) -> torch.Tensor:
+    """E_loose [rows, hi - lo] (fp64): at least |wgmma score - exact score| for every pair (see above);
+    `magnitude` is magnitude_bound's B for the same pairs."""
     steps = q.shape[-1] // WGMMA_STEP
     w = weights[rows].double().abs()  # [r, H]
     qa = q[rows].double().abs()  # [r, H, 128]
@@ -84,12 +85,12 @@ def wgmma_loose_bound(q, k_fp8, k_scale, weights, rows, lo: int, hi: int) -> tor
     qmax = torch.where(qa > 0, qa.clamp(min=floor), qa).view(*qa.shape[:2], steps, WGMMA_STEP).amax(-1)  # [r, H, t]
     kmax = torch.where(ka > 0, ka.clamp(min=floor), ka).view(-1, steps, WGMMA_STEP).amax(-1)  # [n, t]
     largest = 33 * ((w[:, :, None] * qmax).sum(1) @ kmax.T)
-    epilogue = 2 * (q.shape[1] + 2) * WGMMA_EPILOGUE_U * magnitude_bound(q, k_fp8, k_scale, weights, rows, lo, hi)
+    epilogue = wgmma_bound(magnitude, q.shape[1])
     return 2.0**-13 * (1 + 1 / 32) * (linear + largest) * k_scale[lo:hi].double() + epilogue
 
 
-def wgmma_scores_and_bounds(q, k_fp8, k_scale, weights, rows, lo: int, hi: int):
-    """The scores from wgmma's dot products, and E = 2 (H + 2) u B (fp64, [rows, hi - lo])."""
+def wgmma_scores(q, k_fp8, k_scale, weights, rows, lo: int, hi: int) -> torch.Tensor:
+    """The scores [rows, hi - lo] (fp64) from wgmma's own dot products, the rest exact."""
     w = weights[rows].double()
     scores = torch.empty((w.shape[0], hi - lo), dtype=torch.float64, device=q.device)
     step = max(16, (64 << 20) // (8 * w.numel()) // 16 * 16)  # keys a chunk: [r, H, step] fp64 dots
@@ -97,8 +98,12 @@ def wgmma_scores_and_bounds(q, k_fp8, k_scale, weights, rows, lo: int, hi: int):
         b = min(hi, a + step)
         dots = wgmma_dots(q[rows], k_fp8[a:b])  # [r, H, b - a]
         scores[:, a - lo:b - lo] = (dots.clamp(min=0) * w[:, :, None]).sum(1) * k_scale[a:b].double()
-    bound = 2 * (q.shape[1] + 2) * WGMMA_EPILOGUE_U * magnitude_bound(q, k_fp8, k_scale, weights, rows, lo, hi)
-    return scores, bound
+    return scores
+
+
+def wgmma_bound(magnitude: torch.Tensor, heads: int) -> torch.Tensor:
+    """E under the wgmma arithmetic, from magnitude_bound's B: the fp32 head sum and key scale only."""
+    return 2 * (heads + 2) * WGMMA_EPILOGUE_U * magnitude
 
 
 @dataclass
@@ -151,8 +156,9 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
         sub = (q, k_fp8, k_scale, weights, index, lo, hi)
         if hi > lo:
             scores = exact_scores(*sub).cpu()
-            tight = EXACT_EPS * magnitude_bound(*sub).cpu()
-            loose = wgmma_loose_bound(*sub).cpu() if "wgmma" in arithmetics else tight
+            magnitude = magnitude_bound(*sub)
+            tight = EXACT_EPS * magnitude.cpu()
+            loose = wgmma_loose_bound(*sub, magnitude).cpu() if "wgmma" in arithmetics else tight
         undecided = []  # rows only the wgmma arithmetic can settle
         for j, row in enumerate(group):
             report.rows_checked += 1
@@ -180,8 +186,8 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
                 return report
         if undecided:
             index = torch.tensor([group[j] for j in undecided], device=q.device)
-            w_scores, w_bound = wgmma_scores_and_bounds(q, k_fp8, k_scale, weights, index, lo, hi)
-            w_scores, w_bound = w_scores.cpu(), w_bound.cpu()
+            w_scores = wgmma_scores(q, k_fp8, k_scale, weights, index, lo, hi).cpu()
+            w_bound = wgmma_bound(tight[undecided] / EXACT_EPS, q.shape[1])
             for i, j in enumerate(undecided):
                 row = group[j]
                 span = slice(ks_h[row] - lo, ke_h[row] - lo)

@@ -116,7 +116,7 @@ def deviation(families, heads_list, rows: int, keys: int) -> list[dict]:
     the terms' magnitudes) and from the scores of runtime.tensor_core's wgmma model (over the bound
     runtime.verify allows them: the fp32 head sum and scale; must stay <= 1)."""
     from generator.dense_variant import default_dense_variant
-    from runtime.verify import exact_scores, magnitude_bound, wgmma_scores_and_bounds
+    from runtime.verify import exact_scores, magnitude_bound, wgmma_bound, wgmma_scores
     from runtime.workloads import make_workload
 
     out = []
@@ -128,7 +128,7 @@ def deviation(families, heads_list, rows: int, keys: int) -> list[dict]:
             every = torch.arange(rows, device="cuda")
             sub = (wl.q, wl.k_fp8, wl.k_scale, wl.weights, every, 0, wl.keys)
             exact, magnitude = exact_scores(*sub), magnitude_bound(*sub)
-            model, bound = wgmma_scores_and_bounds(*sub)
+            model, bound = wgmma_scores(*sub), wgmma_bound(magnitude, heads)
             key = torch.arange(wl.keys, device="cuda")
             visible = (key >= wl.ks[:, None]) & (key < wl.ke[:, None])
 
