@@ -177,6 +177,23 @@ def _usable(p: BuildPlan, manifest: dict, nvcc: str | None) -> bool:
     return nvcc is None or manifest.get(p.library.name, {}).get("nvcc") == nvcc
 
 
+def _built(p: BuildPlan, root: Path, manifest: dict, nvcc: str | None, prebuilt: Path | None) -> BuildPlan | None:
+    """The plan of a usable library for p: in the cache, else in the prebuilt directory; None if neither."""
+    if _usable(p, manifest, nvcc):
+        return p
+    if prebuilt is not None:
+        there = replace(p, source=prebuilt / p.source.relative_to(root), library=prebuilt / p.library.relative_to(root))
+        if there.library.is_file():
+            return there
+    return None
+
+
+def find_built(v: KernelSpec) -> BuildPlan | None:
+    """The variant's usable library (cache or prebuilt directory) without building, or None."""
+    root = cache_dir()
+    return _built(plan(v, root), root, read_manifest(root), _nvcc_or_none(), prebuilt_dir())
+
+
 def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False,
           progress: bool | None = None) -> list[BuildPlan]:
     """Builds every variant not yet in the cache (in parallel); returns their plans in order (a plan
@@ -185,15 +202,12 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
     Without nvcc, a variant with no library in the cache or the prebuilt directory is a BuildError."""
     root = root or cache_dir()
     nvcc = _nvcc_or_none()
-    plans = [plan(v, root) for v in variants]
     manifest = read_manifest(root)
     prebuilt = prebuilt_dir()
-    for i, p in enumerate(plans):
-        if not _usable(p, manifest, nvcc) and prebuilt is not None:
-            there = replace(p, source=prebuilt / p.source.relative_to(root), library=prebuilt / p.library.relative_to(root))
-            if there.library.is_file():
-                plans[i] = there
-    missing = [p for p in plans if not _usable(p, manifest, nvcc) and not (prebuilt and p.library.is_relative_to(prebuilt))]
+    plans = [plan(v, root) for v in variants]
+    found = [_built(p, root, manifest, nvcc, prebuilt) for p in plans]
+    missing = [p for p, f in zip(plans, found) if f is None]
+    plans = [f or p for p, f in zip(plans, found)]
     if not missing:
         return plans
     if nvcc is None:

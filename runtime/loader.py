@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from generator.build import BuildError, build, cache_dir, plan
+from generator.build import BuildError, build, cache_dir, find_built
 from generator.dense_variant import DenseVariant
 from generator.variant import Variant
 
@@ -154,7 +154,7 @@ def load(variant: Variant | DenseVariant) -> KernelLibrary | DenseLibrary:
             lib = _loaded.get(variant.name)
             if lib is None:
                 try:
-                    if not plan(variant).is_built:
+                    if find_built(variant) is None:
                         print(f"fused-mqa-topk: compiling {variant.name} on first use (nvcc, about a minute; "
                               f"cached in {cache_dir()})", file=sys.stderr, flush=True)
                     (built,) = build([variant])
