@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from generator.check import POISON
 from runtime import reference_mqa_topk
 from runtime.verify import exact_scores, verify_topk
 from runtime.workloads import FAMILIES, OFFSET_FAMILIES, make_workload
@@ -58,32 +59,27 @@ def bottom_k(ans, n, ks, scores):
     return scores.argsort(descending=True, stable=True)[n - k:].to(torch.int32)
 
 
-def index_plus_one(ans, n, ks, scores):
+def _shifted(ans, n, by: int):
+    """Every valid index moved by `by` (None where the row has none, or `by` is 0)."""
     c = min(n, ans.numel())
-    if c == 0:
+    if c == 0 or by == 0:
         return None
     out = ans.clone()
-    out[:c] += 1
+    out[:c] += by
     return out
+
+
+def index_plus_one(ans, n, ks, scores):
+    return _shifted(ans, n, 1)
 
 
 def index_minus_one(ans, n, ks, scores):
-    c = min(n, ans.numel())
-    if c == 0:
-        return None
-    out = ans.clone()
-    out[:c] -= 1
-    return out
+    return _shifted(ans, n, -1)
 
 
 def absolute_indices(ans, n, ks, scores):
     """Indices of the whole key array instead of relative to ks."""
-    c = min(n, ans.numel())
-    if c == 0 or ks == 0:
-        return None
-    out = ans.clone()
-    out[:c] += ks
-    return out
+    return _shifted(ans, n, ks)
 
 
 def duplicate(ans, n, ks, scores):
@@ -128,7 +124,7 @@ def unpadded(ans, n, ks, scores):
 def unwritten(ans, n, ks, scores):
     """One entry left as the poison the output held before the kernel ran (check.POISON)."""
     out = ans.clone()
-    out[min(n, ans.numel()) // 2] = -7
+    out[min(n, ans.numel()) // 2] = POISON
     return out
 
 
