@@ -18,7 +18,7 @@ import torch
 from runtime.dense import dense_mqa_topk, dense_variant_for
 from runtime.fused import launch_variant
 from runtime.loader import aligned16 as _aligned, load
-from runtime.scoring import row_pieces
+from runtime.scoring import row_pieces, shape_pieces
 from runtime.gpu import device_identity
 from runtime.table import load_table, nearest, table_for
 from runtime.verify import verify_topk
@@ -63,7 +63,7 @@ def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=Non
     opened DenseLibrary, e.g. a patched build, instead of the variant's)."""
     lib = lib or load(variant or dense_variant_for(wl.q.device, wl.heads, wl.top_k))
     q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
-    pieces = list(row_pieces(wl.ks, wl.ke, budget))
+    pieces = shape_pieces(wl.rows, wl.keys, budget)  # as the dense path plans them
     logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces), dtype=torch.float32, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
 

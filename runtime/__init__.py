@@ -15,7 +15,7 @@ from generator.variant import Variant
 from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs, clamp_ranges
 from .dense import dense_mqa_topk
 from .dispatch import Decision, choose_variant, decide
-from .fused import AUTO, fused_op
+from .fused import AUTO, fused_op, run_fused_op
 from .reference import reference_mqa_topk
 
 __all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "explain", "choose_variant", "check_inputs",
@@ -23,30 +23,39 @@ __all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "explain", 
 
 
 def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, variant: Variant | str | None = None,
-                   validate: bool = True) -> torch.Tensor:
+                   validate: bool = True, max_visible_keys: int | None = None) -> torch.Tensor:
     """Top-k key indices per query row, int32 [M, top_k], relative to cu_seqlen_ks, -1 padded.
 
     Runs the fused kernel the GPU's tuned table picks (or `variant`, to force one), else the dense
-    path, which gives the same answer. validate=False skips the value checks that read inputs back
-    from the GPU (a synchronisation; turn them off inside CUDA graphs and torch.compile regions);
+    path, which gives the same answer. The table is looked up by the rows and the most keys one row
+    sees: validate=True measures it, else pass max_visible_keys (the longest request's keys, as
+    flash-attn's max_seqlen_k; without it the chunk's N is assumed, which treats eight packed 16K
+    requests as one 128K request). validate=False skips the value checks that read inputs back from
+    the GPU (a synchronisation; turn them off inside CUDA graphs and torch.compile regions);
     shape/dtype checks always run. The choice of path happens inside the custom op, so compiled
     graphs hold one opaque call; inside a compiled region pass `variant` as a name string (dynamo
     may trace a Variant's integer fields as symbols and cannot format them into its name).
     """
-    problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
+    problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate,
+                           max_visible_keys=max_visible_keys)
     k_fp8, k_scale = kv
     if not validate:  # unchecked ranges are clamped into the contract (two small ops, no synchronisation)
         cu_seqlen_ks, cu_seqlen_ke = clamp_ranges(cu_seqlen_ks, cu_seqlen_ke, problem.keys)
     name = AUTO if variant is None else variant if isinstance(variant, str) else variant.name
     if name != AUTO and problem.device.type != "cuda":
         raise ValueError(f"variant {name} needs CUDA tensors; q is on {problem.device}")
-    return fused_op(q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, name)
+    args = (q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, name, problem.longest_row)
+    # The custom op is what compiled graphs see; eager calls skip its dispatch (tens of us a call).
+    return fused_op(*args) if torch.compiler.is_compiling() else run_fused_op(*args)
 
 
-def explain(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int) -> Decision:
+def explain(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, validate: bool = False,
+            max_visible_keys: int | None = None) -> Decision:
     """What fused_mqa_topk would do with these arguments and why: the path, the variant, the GPU
     identity, the table read (its own, or borrowed from a GPU of the same arch) and the nearest
-    bucket's entry. print() it. Checks shapes and dtypes only; runs nothing."""
-    problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=False)
+    bucket's entry. print() it. Checks shapes and dtypes (and with validate, the values, measuring
+    the longest row as a validated call does); launches no kernel of ours."""
+    problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate,
+                           max_visible_keys=max_visible_keys)
     return decide(problem)
 

@@ -21,6 +21,12 @@ class Problem:
     heads: int
     top_k: int
     device: torch.device
+    visible_keys: int | None = None  # the most keys one row sees, where known (measured or told); else None
+
+    @property
+    def longest_row(self) -> int:
+        """The most keys a row sees: as measured or told, else the chunk's keys (an upper bound)."""
+        return self.keys if self.visible_keys is None else self.visible_keys
 
 
 def _tensor(name: str, x, dtype: torch.dtype, ndim: int) -> torch.Tensor:
@@ -35,13 +41,17 @@ def _tensor(name: str, x, dtype: torch.dtype, ndim: int) -> torch.Tensor:
     return x
 
 
-def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_values: bool = True) -> Problem:
+def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_values: bool = True,
+                 max_visible_keys: int | None = None) -> Problem:
     """Raises TypeError/ValueError naming the argument that breaks the contract; returns the shape.
 
     check_values reads the inputs' values back from the device (one synchronisation) to check
-    0 <= ks <= ke <= N, finite k_scale > 0, finite weights and no NaN codes in q or k_fp8; it is
-    skipped while a CUDA graph is being captured (nothing can be read back then). The kernels clamp
-    ranges themselves, so unchecked bad values give wrong indices, never a fault or a hang.
+    0 <= ks <= ke <= N, finite k_scale > 0, finite weights and no NaN codes in q or k_fp8, and
+    measures the most keys a row sees (Problem.visible_keys); it is skipped while a CUDA graph is
+    being captured (nothing can be read back then). The kernels clamp ranges themselves, so
+    unchecked bad values give wrong indices, never a fault or a hang. max_visible_keys, where the
+    caller knows it (as flash-attn's max_seqlen_k), stands in for the measurement: it only steers
+    dispatch, every path being exact for any ranges.
     """
     q = _tensor("q", q, torch.float8_e4m3fn, 3)
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
@@ -77,9 +87,15 @@ def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_val
         if x.device != q.device:
             raise ValueError(f"{name}: on {x.device}, but q is on {q.device}; all inputs must share one device")
 
+    if max_visible_keys is not None:
+        if isinstance(max_visible_keys, bool) or not isinstance(max_visible_keys, int):
+            raise TypeError(f"max_visible_keys: expected an int, got {type(max_visible_keys).__name__}")
+        if not 0 <= max_visible_keys <= keys:
+            raise ValueError(f"max_visible_keys: {max_visible_keys} is outside [0, {keys}] (N = {keys} keys)")
+    visible = max_visible_keys
     if check_values and rows > 0 and not _capturing(q.device):
-        _check_values(q, k_fp8, ks, ke, keys, k_scale, weights)
-    return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=q.device)
+        visible = _check_values(q, k_fp8, ks, ke, keys, k_scale, weights)
+    return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=q.device, visible_keys=visible)
 
 
 def clamp_ranges(ks: torch.Tensor, ke: torch.Tensor, keys: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,35 +113,39 @@ def _nan_codes(x: torch.Tensor) -> torch.Tensor:
     return (x.view(torch.uint8) & 0x7F) == 0x7F
 
 
-def _check_values(q, k_fp8, ks, ke, keys, k_scale, weights) -> None:
-    none = torch.zeros((), dtype=torch.bool, device=ks.device)
-    checks = {
-        "ks_negative": (ks < 0).any(),
-        "ks_above_ke": (ks > ke).any(),
-        "ke_above_n": (ke > keys).any(),
-        "bad_scale": (~((k_scale > 0) & torch.isfinite(k_scale))).any() if k_scale.numel() else none,
-        "bad_weights": (~torch.isfinite(weights)).any(),
-        "nan_q": _nan_codes(q).any() if q.numel() else none,
-        "nan_k": _nan_codes(k_fp8).any() if k_fp8.numel() else none,
-    }
-    flags = dict(zip(checks, torch.stack(list(checks.values())).tolist()))  # one synchronisation for all
-    if flags["ks_negative"]:
+def _check_values(q, k_fp8, ks, ke, keys, k_scale, weights) -> int:
+    """Checks the values (see check_inputs) and returns the most keys a row sees: a handful of
+    reductions read back in one synchronisation; the slow search for the offender runs only on failure."""
+    zero = torch.zeros((), dtype=torch.float64, device=ks.device)
+
+    def largest_code(x: torch.Tensor) -> torch.Tensor:  # e4m3fn's only non-finite codes are NaN: S.1111.111
+        return (x.view(torch.uint8) & 0x7F).amax().double() if x.numel() else zero
+
+    scale_lo, scale_hi = k_scale.aminmax() if k_scale.numel() else (zero + 1, zero + 1)
+    span = ke - ks
+    # amax/aminmax propagate NaN, and NaN fails every comparison below
+    stats = torch.stack([ks.amin().double(), span.amin().double(), ke.amax().double(), scale_lo.double(),
+                         scale_hi.double(), weights.abs().amax().double() if weights.numel() else zero,
+                         largest_code(q), largest_code(k_fp8), span.clamp(min=0).amax().double()]).tolist()
+    ks_min, span_min, ke_max, scale_min, scale_max, weight_max, q_code, k_code, visible = stats
+    if ks_min < 0:
         row = int((ks < 0).nonzero()[0])
         raise ValueError(f"cu_seqlen_ks: row {row} has ks = {int(ks[row])} < 0")
-    if flags["ks_above_ke"]:
+    if span_min < 0:
         row = int((ks > ke).nonzero()[0])
         raise ValueError(f"cu_seqlen_ks/cu_seqlen_ke: row {row} has ks = {int(ks[row])} > ke = {int(ke[row])}")
-    if flags["ke_above_n"]:
+    if ke_max > keys:
         row = int((ke > keys).nonzero()[0])
         raise ValueError(f"cu_seqlen_ke: row {row} has ke = {int(ke[row])} > N = {keys} keys")
-    if flags["bad_scale"]:
+    if not (scale_min > 0 and scale_max < float("inf")):
         key = int((~((k_scale > 0) & torch.isfinite(k_scale))).nonzero()[0])
         raise ValueError(f"k_scale: key {key} has scale {float(k_scale[key])}; scales must be finite and > 0")
-    if flags["bad_weights"]:
+    if not weight_max < float("inf"):
         raise ValueError("weights: contains NaN or infinity")
-    if flags["nan_q"]:
+    if q_code == 0x7F:
         row = int(_nan_codes(q).flatten(1).any(1).nonzero()[0])
         raise ValueError(f"q: row {row} holds an fp8 NaN code (0x7F or 0xFF)")
-    if flags["nan_k"]:
+    if k_code == 0x7F:
         key = int(_nan_codes(k_fp8).any(1).nonzero()[0])
         raise ValueError(f"k_fp8: key {key} holds an fp8 NaN code (0x7F or 0xFF)")
+    return int(visible)

@@ -19,7 +19,7 @@ from generator.dense_variant import DenseVariant, default_dense_variant
 
 from .contract import check_inputs, clamp_ranges
 from .loader import DenseLibrary, aligned16, allocate, load, load_or_warn
-from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, plan_pieces, topk_by_pieces
+from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, shape_pieces, topk_by_pieces
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
 DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they run; "torch": always torch
@@ -60,7 +60,7 @@ def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k:
     if rows == 0:
         return out
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
-    pieces = plan_pieces(ks, ke, keys, budget)
+    pieces = shape_pieces(rows, keys, budget)  # (no synchronisation: the kernels read each row's range)
     largest = max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1
     logits = allocate(4 * largest, q.device, f"{lib.variant.name}'s logits", torch.float32)
     with torch.cuda.device(q.device):

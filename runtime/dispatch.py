@@ -10,7 +10,8 @@ variant, else the untuned default) wherever one can run.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import torch
 
@@ -19,7 +20,7 @@ from generator.variant import Variant
 
 from .contract import Problem
 from .gpu import device_identity
-from .table import Entry, load_table, nearest, table_for
+from .table import Entry, TableChoice, load_table, nearest, table_for
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
@@ -34,6 +35,7 @@ class Decision:
     gpu: str | None = None  # the GPU identity key
     table: str | None = None  # the table read, and why that one
     entry: Entry | None = None  # the nearest bucket's entry
+    looked_up: str | None = None  # the rows and longest row the bucket was looked up by, and whence that
 
     @property
     def path(self) -> str:
@@ -45,6 +47,8 @@ class Decision:
             lines.append(f"gpu: {self.gpu}")
         if self.table:
             lines.append(f"table: {self.table}")
+        if self.looked_up:
+            lines.append(f"looked up by: {self.looked_up}")
         if self.entry:
             e = self.entry
             lines.append(f"bucket: heads {e.heads}, top-k {e.top_k}, {e.rows} rows x {e.keys} keys: {e.variant}, "
@@ -53,7 +57,10 @@ class Decision:
 
 
 def decide(problem: Problem) -> Decision:
-    """The path for this problem, and why."""
+    """The path for this problem, and why. Buckets are looked up by the rows and the most keys one
+    row sees (Problem.longest_row), the shape the tuner's causal chunks have: a chunk of packed
+    requests is timed like one request of the longest one's length, not of the chunk's total keys.
+    Every call of the op asks: the answer is kept per (table, shape) until the table changes."""
     path = os.environ.get(PATH_ENV, "auto")
     if path not in PATHS:
         raise ValueError(f"{PATH_ENV}={path!r}: expected one of {PATHS}")
@@ -63,11 +70,20 @@ def decide(problem: Problem) -> Decision:
         return Decision(None, f"the inputs are on {problem.device}, not a CUDA GPU")
     identity = device_identity(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
     choice = table_for(identity)
+    mtime = choice.path.stat().st_mtime_ns if choice.path else 0
+    decision = _decide(path, identity, choice, mtime, replace(problem, device=torch.device("cuda"), visible_keys=None),
+                       problem.longest_row)
+    whence = "the chunk's N (no max_visible_keys, not validated)" if problem.visible_keys is None else "measured or told"
+    return replace(decision, looked_up=f"{problem.rows} rows, longest row {problem.longest_row} keys ({whence})")
+
+
+@lru_cache(maxsize=4096)
+def _decide(path: str, identity, choice: TableChoice, mtime: int, problem: Problem, longest_row: int) -> Decision:
     entries = load_table(choice.path) or []
     table = f"{choice.path} ({choice.why})" if choice.path else choice.why
     if identity.arch is None:
         return Decision(None, f"{identity.name} has no fp8 tensor cores (needs sm_89+)", identity.key, table)
-    entry = nearest(entries, problem.heads, problem.top_k, problem.rows, problem.keys)
+    entry = nearest(entries, problem.heads, problem.top_k, problem.rows, longest_row)
     variant = entry_variant(entry, identity.arch, problem, force_fused=path == "fused")
     if path == "fused":
         why = f"{PATH_ENV}=fused: " + ("the nearest bucket's variant" if entry else "no bucket: the untuned default")
@@ -92,8 +108,8 @@ def select_variant(entries: list[Entry], arch: str | None, problem: Problem, for
     cores); None means dense. force_fused takes the variant even where dense won, or the default."""
     if arch is None:
         return None
-    return entry_variant(nearest(entries, problem.heads, problem.top_k, problem.rows, problem.keys), arch, problem,
-                         force_fused)
+    return entry_variant(nearest(entries, problem.heads, problem.top_k, problem.rows, problem.longest_row), arch,
+                         problem, force_fused)
 
 
 def entry_variant(entry: Entry | None, arch: str, problem: Problem, force_fused: bool = False) -> Variant | None:

@@ -61,15 +61,15 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
 AUTO = "auto"  # the op's variant argument when the tuned table (dispatch) decides
 
 
-@torch.library.custom_op("fused_mqa_topk::topk", mutates_args=())
-def fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, weights: torch.Tensor,
-             ks: torch.Tensor, ke: torch.Tensor, top_k: int, variant: str) -> torch.Tensor:
+def run_fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, weights: torch.Tensor,
+                 ks: torch.Tensor, ke: torch.Tensor, top_k: int, variant: str, longest_row: int) -> torch.Tensor:
     """The public entry's body: `variant` is a variant name, or AUTO for the table's choice (which
-    may be the dense path). Inputs were checked by the caller."""
+    may be the dense path) for rows that see at most `longest_row` keys. Inputs were checked by the
+    caller."""
     lib = None
     if variant == AUTO:
         chosen = choose_variant(Problem(rows=q.shape[0], keys=k_fp8.shape[0], heads=q.shape[1], top_k=top_k,
-                                        device=q.device))
+                                        device=q.device, visible_keys=longest_row))
         lib = chosen and load_or_warn(chosen, "the dense path")
         if lib is None:
             return dense_mqa_topk(q, (k_fp8, k_scale), weights, ks, ke, top_k, validate=False)
@@ -78,6 +78,13 @@ def fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, weight
     return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, top_k, lib=lib)
 
 
+@torch.library.custom_op("fused_mqa_topk::topk", mutates_args=())
+def fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, weights: torch.Tensor,
+             ks: torch.Tensor, ke: torch.Tensor, top_k: int, variant: str, longest_row: int) -> torch.Tensor:
+    """run_fused_op as one opaque op of a compiled graph."""
+    return run_fused_op(q, k_fp8, k_scale, weights, ks, ke, top_k, variant, longest_row)
+
+
 @fused_op.register_fake
-def _fused_op_fake(q, k_fp8, k_scale, weights, ks, ke, top_k, variant):
+def _fused_op_fake(q, k_fp8, k_scale, weights, ks, ke, top_k, variant, longest_row):
     return q.new_empty((q.shape[0], top_k), dtype=torch.int32)

@@ -92,18 +92,24 @@ def row_pieces(ks, ke, budget_bytes: int):
         start = end
 
 
-def plan_pieces(ks: torch.Tensor, ke: torch.Tensor, keys: int, budget_bytes: int) -> list[tuple[int, int, int, int]]:
-    """The dense path's pieces (first_row, end_row, lo, hi): planned on the host from ks/ke as serving
-    engines do (row_pieces), or, while a CUDA graph is being captured (nothing can be read back from
-    the device then), from the shapes alone: as many rows a piece as whole key ranges fit the budget.
-    The kernels take each row's own range from ks/ke on the device either way."""
-    rows = ks.shape[0]
-    if not (ks.is_cuda and torch.cuda.is_current_stream_capturing()):
-        return list(row_pieces(ks, ke, budget_bytes))
+def shape_pieces(rows: int, keys: int, budget_bytes: int) -> list[tuple[int, int, int, int]]:
+    """Pieces (first_row, end_row, 0, keys) planned from the shapes alone, with nothing read back from
+    the device: as many rows a piece as whole key ranges fit the budget. Kernels that take each row's
+    own range from ks/ke on the device compute and select only what a row sees, so this costs them only
+    the pieces' count where rows see less than N keys (packed requests), never extra work."""
     if keys == 0:
         return [(0, rows, 0, 0)] if rows else []
     per = max(1, budget_bytes // (4 * keys))
     return [(r0, min(rows, r0 + per), 0, keys) for r0 in range(0, rows, per)]
+
+
+def plan_pieces(ks: torch.Tensor, ke: torch.Tensor, keys: int, budget_bytes: int) -> list[tuple[int, int, int, int]]:
+    """The torch dense path's pieces (first_row, end_row, lo, hi): planned on the host from ks/ke as
+    serving engines do (row_pieces: its scores span each piece's union of ranges), or, while a CUDA
+    graph is being captured (nothing can be read back from the device then), shape_pieces."""
+    if not (ks.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return list(row_pieces(ks, ke, budget_bytes))
+    return shape_pieces(ks.shape[0], keys, budget_bytes)
 
 
 def topk_by_pieces(product: Product, q, k_fp8, k_scale, weights, ks: torch.Tensor, ke: torch.Tensor, top_k: int,

@@ -105,5 +105,20 @@ def test_fused_variant_needs_cuda_tensors(good):
 def test_custom_op_passes_torch_opcheck(good):
     from runtime.fused import AUTO, fused_op
     # test_schema is left out: it perturbs the inputs with arithmetic fp8 tensors do not support.
-    torch.library.opcheck(fused_op, (good.q, good.k_fp8, good.k_scale, good.weights, good.ks, good.ke, 512, AUTO),
+    torch.library.opcheck(fused_op, (good.q, good.k_fp8, good.k_scale, good.weights, good.ks, good.ke, 512, AUTO,
+                                    good.k_fp8.shape[0]),
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_validation_measures_the_longest_row_and_takes_a_hint(good):
+    from runtime.contract import check_inputs
+    args = good.args()
+    longest = int((good.ke - good.ks).max())
+    assert check_inputs(*args).visible_keys == longest
+    assert check_inputs(*args, check_values=False).visible_keys is None
+    assert check_inputs(*args, check_values=False).longest_row == good.keys  # unknown: the chunk's N
+    assert check_inputs(*args, check_values=False, max_visible_keys=5).longest_row == 5
+    with pytest.raises(ValueError, match="max_visible_keys"):
+        check_inputs(*args, check_values=False, max_visible_keys=good.keys + 1)
+    with pytest.raises(TypeError, match="max_visible_keys"):
+        check_inputs(*args, check_values=False, max_visible_keys=2.0)

@@ -20,8 +20,8 @@ def entry(heads=32, top_k=2048, rows=4096, keys=131072, fused=1.0, dense=2.0, va
     return Entry(heads, top_k, rows, keys, variant, fused, dense)
 
 
-def problem(heads=32, top_k=2048, rows=4096, keys=131072, device="cuda"):
-    return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=torch.device(device))
+def problem(heads=32, top_k=2048, rows=4096, keys=131072, device="cuda", visible_keys=None):
+    return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=torch.device(device), visible_keys=visible_keys)
 
 
 @pytest.mark.parametrize("name, capability, sms, key", [
@@ -85,6 +85,8 @@ def test_dispatch_rules():
     assert select_variant(table, "sm90a", problem(keys=200_000)) == Variant.from_name(fused_wins.variant)
     assert select_variant(table, "sm90a", problem(keys=8000)) is None  # the table says dense wins there
     assert select_variant(table, "sm90a", problem(keys=8000), force_fused=True) == Variant.from_name(dense_wins.variant)
+    # a chunk of packed requests is looked up by its longest row, not its total keys
+    assert select_variant(table, "sm90a", problem(keys=200_000, visible_keys=8000)) is None
     assert select_variant(table, None, problem()) is None  # no fp8 tensor cores
     assert select_variant([], "sm90a", problem()) is None  # no table for this GPU
     assert select_variant(table, "sm100a", problem()) is None  # a table of another arch's builds

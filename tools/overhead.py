@@ -13,7 +13,17 @@ tensor maps, the kernel launches), which matters for short chunks. This tool sep
 and the dense path's call alone and graph-replayed, for comparison (its pieces launch two kernels
 each).
 
+With --entry it times the public entries instead, as a server calls them, per shape: fused_mqa_topk
+(AUTO) with validate=False and True, and dense_mqa_topk with validate=False, each
+
+    alone        events around one call, synchronised before it: the end-to-end latency
+    host         wall time of the Python call itself (perf_counter, GPU idle before it)
+    graph        GPU time only: 20 calls captured and replayed (AUTO, validate=False)
+
+and a cProfile of AUTO's host side (the functions that cost most, per call).
+
     python3 tools/overhead.py VARIANT --shape 4096x32768 [--shape ...]     # on the GPU
+    python3 tools/overhead.py --entry --heads 32 --top-k 2048 --shape 1x8192 [--shape ...]
 """
 
 from __future__ import annotations
@@ -44,11 +54,71 @@ def per_call_ms(fn, graph: bool = False) -> float:
     return median_ms(g.replay, warmup=1, reps=5) / CALLS
 
 
+def host_ms(fn, reps: int = 50) -> float:
+    """Median wall time of the Python call fn() alone, the GPU idle before each (synchronised)."""
+    import statistics
+    import time
+
+    import torch
+
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def entry_costs(shapes: list[str], heads: int, top_k: int) -> int:
+    import cProfile
+    import io
+    import pstats
+
+    from generator.timing import median_ms
+    from runtime import dense_mqa_topk, explain, fused_mqa_topk
+    from runtime.workloads import make_workload
+
+    for spec in shapes:
+        rows, keys = (int(x) for x in spec.split("x"))
+        wl = make_workload("random", rows, keys, heads, top_k, seed=1, device="cuda")
+        args = wl.args()
+        print(f"h{heads} k{top_k} {rows}x{keys}: {explain(*args).path} ({explain(*args).why})", flush=True)
+        calls = {"AUTO validate=False": lambda: fused_mqa_topk(*args, validate=False),
+                 "AUTO validate=True": lambda: fused_mqa_topk(*args),
+                 "dense validate=False": lambda: dense_mqa_topk(*args, validate=False)}
+        for name, fn in calls.items():
+            alone = median_ms(fn, warmup=5, reps=50)
+            host = host_ms(fn)
+            try:
+                graph = f"{per_call_ms(fn, graph=True) * 1e3:.1f} us" if "validate=False" in name else "-"
+            except RuntimeError as e:
+                graph = f"not capturable ({str(e).splitlines()[0]})"
+            print(f"  {name:22s} alone {alone * 1e3:7.1f} us, host {host * 1e3:7.1f} us, graph {graph}", flush=True)
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(200):
+            fused_mqa_topk(*args, validate=False)
+        profile.disable()
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
+        print("\n".join("    " + line for line in text.getvalue().splitlines() if line.strip()), flush=True)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("variant")
+    p.add_argument("variant", nargs="?")
     p.add_argument("--shape", action="append", default=[], metavar="MxN")
+    p.add_argument("--entry", action="store_true", help="time the public entries, not one variant's launch")
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--top-k", type=int, default=2048)
     args = p.parse_args()
+    if args.entry:
+        return entry_costs(args.shape or ["1x8192"], args.heads, args.top_k)
+    if not args.variant:
+        p.error("give a VARIANT, or --entry")
 
     import torch
 
