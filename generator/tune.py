@@ -34,15 +34,19 @@ TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_ti
 # largest single difference at short contexts), then the axes that moved the gated kernel's time
 # most cheaply.
 NEIGHBOR_AXES = ("select_warps", "sample_tiles", "stages", "buffer", "key_tile", "warps", "rows", "mma")
-# (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context. The
-# runtime takes the nearest bucket on a log scale, so a table needs both sides of every crossover:
-# fused/dense (on an H200 fused wins from 32K keys up, by 1.1x to 2.2x; at 8K keys the 32K bucket's
-# variant took twice the dense path's time, 1.55 against 0.81 ms at 4K rows: experiment log,
-# "2026-12-01: power cap") and between variants (three gated warpgroups win at 128K keys, two of two
-# slices at 512K: "2026-11-29: cheaper epilogue"). A full 16K-row chunk at 32K keys has its own
-# bucket: it is as far from 4K x 32K as from 16K x 128K; 16K x 16K is the first chunk of every long
-# prompt.
-DEFAULT_SHAPES = ((4096, 8192), (4096, 16_384), (16_384, 16_384), (4096, 32_768), (16_384, 32_768), (16_384, 131_072),
+# (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context; keys is
+# the most keys one row sees, what the runtime looks buckets up by (runtime.dispatch). The runtime
+# takes the nearest bucket on a log scale, so a table needs both sides of every crossover: fused/dense
+# (on an H200 fused wins from 32K keys up, by 1.1x to 2.2x; at 8K keys the 32K bucket's variant took
+# twice the dense path's time, 1.55 against 0.81 ms at 4K rows: experiment log, "2026-12-01: power
+# cap") and between variants (three gated warpgroups win at 128K keys, two of two slices at 512K:
+# "2026-11-29: cheaper epilogue"). A full 16K-row chunk at 32K keys has its own bucket: it is as far
+# from 4K x 32K as from 16K x 128K; 16K x 16K is the first chunk of every long prompt. Chunks of 64
+# and 512 rows (decode-sized and short prefill chunks) have their own: a persistent fused launch with
+# fewer row blocks than SMs ran a one-row call at 32K keys in 2.9 times the dense path's time
+# (BENCHMARKS.md, "Every chunk a server sends").
+DEFAULT_SHAPES = ((64, 8192), (64, 32_768), (64, 131_072), (64, 524_288), (512, 32_768), (512, 131_072), (512, 524_288),
+                  (4096, 8192), (4096, 16_384), (16_384, 16_384), (4096, 32_768), (16_384, 32_768), (16_384, 131_072),
                   (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576))
 
 
@@ -285,12 +289,15 @@ class GpuMeasurer:
         return self._workloads[bucket]
 
     def dense_ms(self, bucket: Bucket) -> float:
-        from runtime.dense import dense_mqa_topk
+        """The dense path entered where the fused path is (after the checks: run_dense, launch_variant),
+        so that neither side's time holds host work the other's lacks."""
+        from runtime.dense import run_dense
 
         from .timing import median_ms
 
         wl = self.workload(bucket)
-        return median_ms(lambda: dense_mqa_topk(*wl.args(), validate=False), warmup=1, reps=3)
+        return median_ms(lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k), warmup=1,
+                         reps=3)
 
     def fused_ms(self, variant: Variant, bucket: Bucket) -> float:
         import torch

@@ -39,19 +39,24 @@ def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
                    variant: DenseVariant | None = None) -> torch.Tensor:
     """The dense path. `variant` forces our dense kernels (an error if they cannot be built); by
     default they serve where they run and can be built, else torch does (one warning)."""
-    problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
-    k_fp8, k_scale = kv
-    if not validate:  # as fused_mqa_topk: unchecked ranges clamped into the contract
-        cu_seqlen_ks, cu_seqlen_ke = clamp_ranges(cu_seqlen_ks, cu_seqlen_ke, problem.keys)
+    check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
+    return run_dense(q, kv[0], kv[1], weights, cu_seqlen_ks, cu_seqlen_ke, top_k, logits_budget_bytes, variant)
+
+
+def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int = DEFAULT_LOGITS_BUDGET,
+              variant: DenseVariant | None = None) -> torch.Tensor:
+    """The dense path on inputs whose shapes were checked. Their ranges need not have been: our
+    kernels clamp each row's range on the device, and the torch path clamps them before it plans."""
     if variant is not None:
         lib = load(variant)
     else:
-        variant = dense_variant_for(problem.device, problem.heads, top_k)
+        variant = dense_variant_for(q.device, q.shape[1], top_k)
         lib = variant and load_or_warn(variant, "the torch dense path")
     if lib is not None:
-        return _dense_kernels(lib, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, logits_budget_bytes)
-    product = fp8_tensor_core_product if has_fp8_tensor_cores(problem.device) else fp32_product
-    return topk_by_pieces(product, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, logits_budget_bytes)
+        return _dense_kernels(lib, q, k_fp8, k_scale, weights, ks, ke, top_k, budget)
+    ks, ke = clamp_ranges(ks, ke, k_fp8.shape[0])  # (its pieces span the ranges: an unchecked one could be huge)
+    product = fp8_tensor_core_product if has_fp8_tensor_cores(q.device) else fp32_product
+    return topk_by_pieces(product, q, k_fp8, k_scale, weights, ks, ke, top_k, budget)
 
 
 def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int) -> torch.Tensor:

@@ -20,7 +20,7 @@ from generator.variant import Variant
 
 from .contract import Problem
 from .gpu import device_identity
-from .table import Entry, TableChoice, load_table, nearest, table_for
+from .table import Entry, TableChoice, load_table, mtime_ns, nearest, table_for
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
@@ -59,8 +59,14 @@ class Decision:
 def decide(problem: Problem) -> Decision:
     """The path for this problem, and why. Buckets are looked up by the rows and the most keys one
     row sees (Problem.longest_row), the shape the tuner's causal chunks have: a chunk of packed
-    requests is timed like one request of the longest one's length, not of the chunk's total keys.
-    Every call of the op asks: the answer is kept per (table, shape) until the table changes."""
+    requests is timed like one request of the longest one's length, not of the chunk's total keys."""
+    whence = "the chunk's N (no max_visible_keys, not validated)" if problem.visible_keys is None else "measured or told"
+    return replace(_decision(problem), looked_up=f"{problem.rows} rows, longest row {problem.longest_row} keys ({whence})")
+
+
+def _decision(problem: Problem) -> Decision:
+    """decide()'s answer without its looked_up line: what every call of the op asks, so the answer
+    is kept per (table, shape) until the table changes."""
     path = os.environ.get(PATH_ENV, "auto")
     if path not in PATHS:
         raise ValueError(f"{PATH_ENV}={path!r}: expected one of {PATHS}")
@@ -70,20 +76,19 @@ def decide(problem: Problem) -> Decision:
         return Decision(None, f"the inputs are on {problem.device}, not a CUDA GPU")
     identity = device_identity(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
     choice = table_for(identity)
-    mtime = choice.path.stat().st_mtime_ns if choice.path else 0
-    decision = _decide(path, identity, choice, mtime, replace(problem, device=torch.device("cuda"), visible_keys=None),
-                       problem.longest_row)
-    whence = "the chunk's N (no max_visible_keys, not validated)" if problem.visible_keys is None else "measured or told"
-    return replace(decision, looked_up=f"{problem.rows} rows, longest row {problem.longest_row} keys ({whence})")
+    mtime = mtime_ns(str(choice.path)) if choice.path else 0
+    return _decide(path, identity, choice, mtime, problem.heads, problem.top_k, problem.rows, problem.longest_row)
 
 
 @lru_cache(maxsize=4096)
-def _decide(path: str, identity, choice: TableChoice, mtime: int, problem: Problem, longest_row: int) -> Decision:
+def _decide(path: str, identity, choice: TableChoice, mtime: int, heads: int, top_k: int, rows: int,
+            longest_row: int) -> Decision:
+    problem = Problem(rows=rows, keys=longest_row, heads=heads, top_k=top_k, device=torch.device("cuda"))
     entries = load_table(choice.path) or []
     table = f"{choice.path} ({choice.why})" if choice.path else choice.why
     if identity.arch is None:
         return Decision(None, f"{identity.name} has no fp8 tensor cores (needs sm_89+)", identity.key, table)
-    entry = nearest(entries, problem.heads, problem.top_k, problem.rows, longest_row)
+    entry = nearest(entries, heads, top_k, rows, longest_row)
     variant = entry_variant(entry, identity.arch, problem, force_fused=path == "fused")
     if path == "fused":
         why = f"{PATH_ENV}=fused: " + ("the nearest bucket's variant" if entry else "no bucket: the untuned default")
@@ -100,7 +105,7 @@ def _decide(path: str, identity, choice: TableChoice, mtime: int, problem: Probl
 
 def choose_variant(problem: Problem) -> Variant | None:
     """The fused variant to run for this problem, or None for the dense path."""
-    return decide(problem).variant
+    return _decision(problem).variant
 
 
 def select_variant(entries: list[Entry], arch: str | None, problem: Problem, force_fused: bool = False) -> Variant | None:

@@ -7,7 +7,7 @@ import torch
 from generator.variant import Variant
 
 from .contract import Problem
-from .dense import dense_mqa_topk
+from .dense import run_dense
 from .dispatch import choose_variant
 from .loader import aligned16, allocate, load, load_or_warn
 
@@ -72,7 +72,7 @@ def run_fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, we
                                         device=q.device, visible_keys=longest_row))
         lib = chosen and load_or_warn(chosen, "the dense path")
         if lib is None:
-            return dense_mqa_topk(q, (k_fp8, k_scale), weights, ks, ke, top_k, validate=False)
+            return run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k)
     else:
         chosen = Variant.from_name(variant)
     return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, top_k, lib=lib)

@@ -76,13 +76,21 @@ def table_for(identity: GpuIdentity) -> TableChoice:
     """The table dispatch reads for this GPU: its own; else the table of the same arch tuned on the
     GPU nearest in SM count, where the tuner recorded that its variants are valid on every GPU of that
     arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
-    Every call of the op asks, so the answer is kept until a table directory changes (two stats)."""
-    return _table_for(identity, str(table_dir()), _mtime(table_dir()), _mtime(shipped_table_dir()))
+    Every call of the op asks, so the answer is kept until a table directory changes (two stats of
+    paths made once per environment: no pathlib on the call path)."""
+    user, shipped = _directories(os.environ.get(TABLE_DIR_ENV), os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
+    return _table_for(identity, user, mtime_ns(user), mtime_ns(shipped))
 
 
-def _mtime(directory: Path) -> int:
+@lru_cache(maxsize=8)
+def _directories(env: str | None, xdg: str | None, home: str | None) -> tuple[str, str]:
+    return str(table_dir()), str(shipped_table_dir())
+
+
+def mtime_ns(path: str) -> int:
+    """The modification time of a file or directory (ns), -1 where there is none."""
     try:
-        return directory.stat().st_mtime_ns
+        return os.stat(path).st_mtime_ns
     except FileNotFoundError:
         return -1
 
@@ -126,11 +134,8 @@ def load_table(path: Path | None) -> list[Entry] | None:
     """The entries of a table file, or None if there is none (cached until the file changes)."""
     if path is None:
         return None
-    try:
-        mtime = path.stat().st_mtime_ns
-    except FileNotFoundError:
-        return None
-    return _load(str(path), mtime)
+    mtime = mtime_ns(str(path))
+    return None if mtime < 0 else _load(str(path), mtime)
 
 
 def table_meta(path: Path) -> dict:
