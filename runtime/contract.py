@@ -94,7 +94,7 @@ def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_val
             raise ValueError(f"max_visible_keys: {max_visible_keys} is outside [0, {keys}] (N = {keys} keys)")
     visible = max_visible_keys
     if check_values and rows > 0 and not _capturing(q.device):
-        visible = _check_values(q, k_fp8, ks, ke, keys, k_scale, weights)
+        visible = _check_values(q, k_fp8, ks, ke, keys, k_scale, weights, top_k)
     return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=q.device, visible_keys=visible)
 
 
@@ -113,39 +113,79 @@ def _nan_codes(x: torch.Tensor) -> torch.Tensor:
     return (x.view(torch.uint8) & 0x7F) == 0x7F
 
 
-def _check_values(q, k_fp8, ks, ke, keys, k_scale, weights) -> int:
-    """Checks the values (see check_inputs) and returns the most keys a row sees: a handful of
-    reductions read back in one synchronisation; the slow search for the offender runs only on failure."""
+# One bit per rule, as generator/templates/common/input_check.cuh sets them.
+KS_NEGATIVE, KS_ABOVE_KE, KE_ABOVE_N, BAD_SCALE, BAD_WEIGHTS, NAN_Q, NAN_K = (1 << i for i in range(7))
+
+
+def _check_values(q, k_fp8, ks, ke, keys, k_scale, weights, top_k) -> int:
+    """Checks the values (see check_inputs) and returns the most keys a row sees. One launch of the
+    dense library's input check where it runs, else a handful of torch reductions; either way one
+    synchronisation. The slow search for the offender runs only on failure."""
+    flags, longest = _kernel_checks(q, k_fp8, ks, ke, keys, k_scale, weights, top_k) or \
+        _torch_checks(q, k_fp8, ks, ke, k_scale, weights, keys)
+    if flags & KS_NEGATIVE:
+        row = int((ks < 0).nonzero()[0])
+        raise ValueError(f"cu_seqlen_ks: row {row} has ks = {int(ks[row])} < 0")
+    if flags & KS_ABOVE_KE:
+        row = int((ks > ke).nonzero()[0])
+        raise ValueError(f"cu_seqlen_ks/cu_seqlen_ke: row {row} has ks = {int(ks[row])} > ke = {int(ke[row])}")
+    if flags & KE_ABOVE_N:
+        row = int((ke > keys).nonzero()[0])
+        raise ValueError(f"cu_seqlen_ke: row {row} has ke = {int(ke[row])} > N = {keys} keys")
+    if flags & BAD_SCALE:
+        key = int((~((k_scale > 0) & torch.isfinite(k_scale))).nonzero()[0])
+        raise ValueError(f"k_scale: key {key} has scale {float(k_scale[key])}; scales must be finite and > 0")
+    if flags & BAD_WEIGHTS:
+        raise ValueError("weights: contains NaN or infinity")
+    if flags & NAN_Q:
+        row = int(_nan_codes(q).flatten(1).any(1).nonzero()[0])
+        raise ValueError(f"q: row {row} holds an fp8 NaN code (0x7F or 0xFF)")
+    if flags & NAN_K:
+        key = int(_nan_codes(k_fp8).any(1).nonzero()[0])
+        raise ValueError(f"k_fp8: key {key} holds an fp8 NaN code (0x7F or 0xFF)")
+    return longest
+
+
+def _kernel_checks(q, k_fp8, ks, ke, keys, k_scale, weights, top_k) -> tuple[int, int] | None:
+    """(flags, longest row) from the dense library's check kernel, or None where it cannot run here
+    (not a Hopper GPU, or the library cannot be had: the torch checks serve, without a warning)."""
+    if q.device.type != "cuda":
+        return None
+    from .dense import dense_variant_for
+    from .loader import KernelUnavailable, aligned16, allocate, launch_on, load
+
+    variant = dense_variant_for(q.device, q.shape[1], top_k)
+    if variant is None:
+        return None
+    try:
+        lib = load(variant)
+    except KernelUnavailable:
+        return None
+    q, k_fp8 = aligned16(q), aligned16(k_fp8)
+    context, stream = launch_on(q.device)
+    with context:
+        result = allocate(8, q.device, "the input check's result", torch.int32)
+        return lib.check_inputs(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
+                                ke.data_ptr(), q.shape[0], q.shape[1], keys, result.data_ptr(), stream)
+
+
+def _torch_checks(q, k_fp8, ks, ke, k_scale, weights, keys) -> tuple[int, int]:
+    """(flags, longest row) from torch reductions, read back together."""
     zero = torch.zeros((), dtype=torch.float64, device=ks.device)
 
-    def largest_code(x: torch.Tensor) -> torch.Tensor:  # e4m3fn's only non-finite codes are NaN: S.1111.111
+    def largest_code(x: torch.Tensor) -> torch.Tensor:
         return (x.view(torch.uint8) & 0x7F).amax().double() if x.numel() else zero
 
     scale_lo, scale_hi = k_scale.aminmax() if k_scale.numel() else (zero + 1, zero + 1)
-    span = ke - ks
+    span = ke.clamp(max=keys) - ks.clamp(min=0)
     # amax/aminmax propagate NaN, and NaN fails every comparison below
-    stats = torch.stack([ks.amin().double(), span.amin().double(), ke.amax().double(), scale_lo.double(),
+    stats = torch.stack([ks.amin().double(), (ke - ks).amin().double(), ke.amax().double(), scale_lo.double(),
                          scale_hi.double(), weights.abs().amax().double() if weights.numel() else zero,
                          largest_code(q), largest_code(k_fp8), span.clamp(min=0).amax().double()]).tolist()
-    ks_min, span_min, ke_max, scale_min, scale_max, weight_max, q_code, k_code, visible = stats
-    if ks_min < 0:
-        row = int((ks < 0).nonzero()[0])
-        raise ValueError(f"cu_seqlen_ks: row {row} has ks = {int(ks[row])} < 0")
-    if span_min < 0:
-        row = int((ks > ke).nonzero()[0])
-        raise ValueError(f"cu_seqlen_ks/cu_seqlen_ke: row {row} has ks = {int(ks[row])} > ke = {int(ke[row])}")
-    if ke_max > keys:
-        row = int((ke > keys).nonzero()[0])
-        raise ValueError(f"cu_seqlen_ke: row {row} has ke = {int(ke[row])} > N = {keys} keys")
-    if not (scale_min > 0 and scale_max < float("inf")):
-        key = int((~((k_scale > 0) & torch.isfinite(k_scale))).nonzero()[0])
-        raise ValueError(f"k_scale: key {key} has scale {float(k_scale[key])}; scales must be finite and > 0")
-    if not weight_max < float("inf"):
-        raise ValueError("weights: contains NaN or infinity")
-    if q_code == 0x7F:
-        row = int(_nan_codes(q).flatten(1).any(1).nonzero()[0])
-        raise ValueError(f"q: row {row} holds an fp8 NaN code (0x7F or 0xFF)")
-    if k_code == 0x7F:
-        key = int(_nan_codes(k_fp8).any(1).nonzero()[0])
-        raise ValueError(f"k_fp8: key {key} holds an fp8 NaN code (0x7F or 0xFF)")
-    return int(visible)
+    ks_min, span_min, ke_max, scale_min, scale_max, weight_max, q_code, k_code, longest = stats
+    flags = ((KS_NEGATIVE if ks_min < 0 else 0) | (KS_ABOVE_KE if span_min < 0 else 0) |
+             (KE_ABOVE_N if ke_max > keys else 0) |
+             (0 if scale_min > 0 and scale_max < float("inf") else BAD_SCALE) |
+             (0 if weight_max < float("inf") else BAD_WEIGHTS) |
+             (NAN_Q if q_code == 0x7F else 0) | (NAN_K if k_code == 0x7F else 0))
+    return flags, int(longest)

@@ -18,7 +18,7 @@ import torch
 from generator.dense_variant import DenseVariant, default_dense_variant
 
 from .contract import check_inputs, clamp_ranges
-from .loader import DenseLibrary, aligned16, allocate, load, load_or_warn
+from .loader import DenseLibrary, aligned16, allocate, launch_on, load, load_or_warn
 from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, shape_pieces, topk_by_pieces
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
@@ -68,8 +68,8 @@ def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k:
     pieces = shape_pieces(rows, keys, budget)  # (no synchronisation: the kernels read each row's range)
     largest = max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1
     logits = allocate(4 * largest, q.device, f"{lib.variant.name}'s logits", torch.float32)
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
+    context, stream = launch_on(q.device)
+    with context:
         for r0, r1, lo, hi in pieces:
             span = hi - lo
             lib.logits(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),

@@ -9,7 +9,7 @@ from generator.variant import Variant
 from .contract import Problem
 from .dense import run_dense
 from .dispatch import choose_variant
-from .loader import aligned16, allocate, load, load_or_warn
+from .loader import aligned16, allocate, launch_on, load, load_or_warn
 
 
 def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, keys: int, rows_per_block: int) -> torch.Tensor:
@@ -47,9 +47,9 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
         return out.fill_(-1)
     lib = lib or load(variant)
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
-    with torch.cuda.device(q.device):
+    context, stream = launch_on(q.device)
+    with context:
         workspace = allocate(lib.workspace_bytes(rows), q.device, f"{variant.name}'s workspace")
-        stream = torch.cuda.current_stream(q.device).cuda_stream
         lib.launch(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
                    ke.data_ptr(), out.data_ptr(), workspace.data_ptr(), rows, keys, stream)
     if stats is not None and variant.gated:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import threading
@@ -100,8 +101,11 @@ class DenseLibrary(_Library):
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, i, p]
         self._lib.mqa_dense_topk_launch.argtypes = [p, ll, i, p, p, i, i, i, p, p]
+        self._lib.mqa_dense_check_inputs.argtypes = [p, p, p, p, p, p, i, i, i, p, p, p]
         self._int_functions("mqa_dense_logits_launch", "mqa_dense_topk_launch", "mqa_dense_logits_smem_bytes",
-                            "mqa_dense_topk_smem_bytes")
+                            "mqa_dense_topk_smem_bytes", "mqa_dense_check_inputs")
+        self._check_result = (ctypes.c_int * 2)()
+        self._check_lock = threading.Lock()  # (one host buffer per library)
 
     def logits(self, q, k, k_scale, weights, ks, ke, logits, stride: int, key_origin: int, row_begin: int,
                piece_rows: int, rows: int, keys: int, stream: int) -> None:
@@ -112,6 +116,15 @@ class DenseLibrary(_Library):
              stream: int) -> None:
         self._check(self._lib.mqa_dense_topk_launch(logits, stride, key_origin, ks, ke, row_begin, piece_rows, keys,
                                                     out, stream), "top-k launch")
+
+    def check_inputs(self, q, k, k_scale, weights, ks, ke, rows: int, heads: int, keys: int, device_result,
+                     stream: int) -> tuple[int, int]:
+        """The contract's value checks in one launch, waited for: (flags, the most keys one row sees);
+        see common/input_check.cuh. device_result: two ints of device memory."""
+        with self._check_lock:
+            self._check(self._lib.mqa_dense_check_inputs(q, k, k_scale, weights, ks, ke, rows, heads, keys,
+                                                         device_result, self._check_result, stream), "input check")
+            return self._check_result[0], self._check_result[1]
 
     @property
     def logits_smem_bytes(self) -> int:
@@ -125,10 +138,22 @@ class DenseLibrary(_Library):
 def allocate(nbytes: int, device, what: str, dtype=torch.uint8):
     """torch.empty of nbytes bytes, or a clear error naming what it was for (the process lives on)."""
     try:
-        return torch.empty(nbytes // torch.empty((), dtype=dtype).element_size(), dtype=dtype, device=device)
+        return torch.empty(nbytes // dtype.itemsize, dtype=dtype, device=device)
     except torch.cuda.OutOfMemoryError as e:
         raise RuntimeError(f"{what}: {nbytes} bytes ({nbytes / 2**20:.0f} MiB) could not be allocated on {device} "
                            f"({str(e).splitlines()[0]})") from e
+
+
+def launch_on(device: torch.device):
+    """(a context in which `device` is the current device, the raw handle of its current stream): our
+    launchers launch on the current device and stream. The context switches devices only where
+    `device` is not current already (torch.cuda.device costs microseconds a call, which a one-row
+    call notices)."""
+    current = torch.cuda.current_device()
+    index = current if device.index is None else device.index
+    context = contextlib.nullcontext() if index == current else torch.cuda.device(index)
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return context, raw(index) if raw else torch.cuda.current_stream(index).cuda_stream
 
 
 def aligned16(x):

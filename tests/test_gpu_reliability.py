@@ -174,3 +174,36 @@ def test_auto_dispatch_is_capturable(bucket, how):
     torch.cuda.synchronize()
     report = verify_topk(out, *b.args(), rows=range(0, rows, 5))
     assert report.ok, report.summary()
+
+
+def test_the_input_check_kernel_agrees_with_the_torch_checks():
+    """validate=True reads the dense library's one-launch check (common/input_check.cuh); each broken
+    rule must set the same flag there as in the torch reductions, and the longest row must agree."""
+    from runtime.contract import _kernel_checks, _torch_checks
+
+    wl = make_workload("random", 200, 20_000, 32, 2048, seed=9, device="cuda")
+    n = wl.keys
+
+    def both(q=wl.q, k=wl.k_fp8, ks=wl.ks, ke=wl.ke, scale=wl.k_scale, weights=wl.weights):
+        found = _kernel_checks(q, k, ks, ke, n, scale, weights, 2048)
+        assert found is not None, "the dense library's check did not run"
+        assert found == _torch_checks(q, k, ks, ke, scale, weights, n)
+        return found
+
+    assert both() == (0, int((wl.ke - wl.ks).max()))
+    broken = {}
+    for name, value in (("ks", -1), ("ke", n + 1), ("scale", 0.0), ("scale", float("nan")), ("scale", float("inf")),
+                        ("weights", float("inf")), ("q", 0x7F), ("k", 0xFF)):
+        over = {"ks": wl.ks.clone(), "ke": wl.ke.clone(), "scale": wl.k_scale.clone(), "weights": wl.weights.clone(),
+                "q": wl.q.clone(), "k": wl.k_fp8.clone()}
+        x = over[name]
+        if name in ("q", "k"):
+            x.view(torch.uint8).view(-1)[x.numel() // 2 + 5] = value  # one byte, in the middle
+        else:
+            x.view(-1)[x.numel() // 3] = value
+        broken[(name, str(value))] = both(**over)[0]
+    ks_above = wl.ks.clone()
+    ks_above[7] = wl.ke[7] + 1
+    broken[("ks", "above ke")] = both(ks=ks_above)[0]
+    assert all(broken.values()), broken  # every rule broken is caught
+    assert len({v for (name, _), v in broken.items() if name != "scale"}) == 6, broken  # each by its own flag
