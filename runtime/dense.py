@@ -69,11 +69,11 @@ def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k:
     largest = max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1
     logits = allocate(4 * largest, q.device, f"{lib.variant.name}'s logits", torch.float32)
     context, stream = launch_on(q.device)
+    q_p, k_p, s_p, w_p, ks_p, ke_p = (x.data_ptr() for x in (q, k_fp8, k_scale, weights, ks, ke))
+    logits_p, out_p = logits.data_ptr(), out.data_ptr()
     with context:
         for r0, r1, lo, hi in pieces:
             span = hi - lo
-            lib.logits(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
-                       ke.data_ptr(), logits.data_ptr(), span, lo, r0, r1 - r0, rows, keys, stream)
-            lib.topk(logits.data_ptr(), span, lo, ks.data_ptr(), ke.data_ptr(), r0, r1 - r0, keys, out.data_ptr(),
-                     stream)
+            lib.logits(q_p, k_p, s_p, w_p, ks_p, ke_p, logits_p, span, lo, r0, r1 - r0, rows, keys, stream)
+            lib.topk(logits_p, span, lo, ks_p, ke_p, r0, r1 - r0, keys, out_p, stream)
     return out

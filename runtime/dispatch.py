@@ -20,7 +20,7 @@ from generator.variant import Variant
 
 from .contract import Problem
 from .gpu import device_identity
-from .table import Entry, TableChoice, load_table, mtime_ns, nearest, table_for
+from .table import Entry, TableChoice, current_table, load_table, nearest
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
@@ -75,8 +75,7 @@ def _decision(problem: Problem) -> Decision:
     if problem.device.type != "cuda":
         return Decision(None, f"the inputs are on {problem.device}, not a CUDA GPU")
     identity = device_identity(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
-    choice = table_for(identity)
-    mtime = mtime_ns(str(choice.path)) if choice.path else 0
+    choice, mtime = current_table(identity)
     return _decide(path, identity, choice, mtime, problem.heads, problem.top_k, problem.rows, problem.longest_row)
 
 

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
@@ -80,6 +81,26 @@ def table_for(identity: GpuIdentity) -> TableChoice:
     paths made once per environment: no pathlib on the call path)."""
     user, shipped = _directories(os.environ.get(TABLE_DIR_ENV), os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
     return _table_for(identity, user, mtime_ns(user), mtime_ns(shipped))
+
+
+RECHECK_S = 0.5  # how long a running process trusts what it last saw of the table files
+_recent: dict = {}
+
+
+def current_table(identity: GpuIdentity) -> tuple[TableChoice, int]:
+    """table_for(identity) and its file's modification time (0: no table), for the op's every call:
+    the files are looked at again at most every RECHECK_S seconds (three stats a call were a tenth of
+    a one-row call's host time), so a table written by a tuner is noticed within that. A change of
+    FUSED_MQA_TOPK_TABLES, XDG_DATA_HOME or HOME is noticed at once."""
+    user, shipped = _directories(os.environ.get(TABLE_DIR_ENV), os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
+    now = time.monotonic()
+    seen = _recent.get((identity, user))
+    if seen is not None and now - seen[0] < RECHECK_S:
+        return seen[1]
+    choice = _table_for(identity, user, mtime_ns(user), mtime_ns(shipped))
+    state = (choice, mtime_ns(str(choice.path)) if choice.path else 0)
+    _recent[(identity, user)] = (now, state)
+    return state
 
 
 @lru_cache(maxsize=8)

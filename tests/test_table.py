@@ -59,6 +59,23 @@ def test_a_gpu_without_a_table_borrows_the_nearest_portable_one_of_its_arch(tmp_
     assert ada.path is None and "none tuned on another sm89 GPU" in ada.why
 
 
+def test_the_call_path_looks_at_the_table_files_again_after_a_while(tmp_path, monkeypatch):
+    from runtime import table
+
+    monkeypatch.setenv(TABLE_DIR_ENV, str(tmp_path))
+    clock = [1000.0]
+    monkeypatch.setattr(table.time, "monotonic", lambda: clock[0])
+    gpu = identify("NVIDIA H100 PCIe", (9, 0), 114)
+    assert table.current_table(gpu)[0].path.name == "H200-132SM.json"  # borrowed
+    save_table(table_path(gpu.key), gpu.key, [entry()], {"arch": "sm90a", "sms": 114})
+    assert table.current_table(gpu)[0].path.name == "H200-132SM.json"  # trusted for RECHECK_S
+    clock[0] += table.RECHECK_S
+    choice, mtime = table.current_table(gpu)
+    assert choice.path.name == "H100-PCIe-114SM.json" and mtime == choice.path.stat().st_mtime_ns
+    monkeypatch.setenv(TABLE_DIR_ENV, str(tmp_path / "elsewhere"))  # a new directory is looked at at once
+    assert table.current_table(gpu)[0].path.name == "H200-132SM.json"
+
+
 def test_nearest_is_by_log_distance_within_heads_and_top_k():
     entries = [entry(rows=4096, keys=32768), entry(rows=16384, keys=131072), entry(heads=64, rows=4096, keys=131072)]
     assert nearest(entries, 32, 2048, 4000, 30000).keys == 32768
