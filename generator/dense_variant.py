@@ -100,6 +100,8 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
 def default_dense_variant(heads: int, top_k: int, arch: str = "sm90a") -> DenseVariant:
     # 2 warpgroups x 2 pipelined slices: 791 vs 757 TFLOP/s (4 x 1) at H = 32, about even at H = 64
     # (experiment log, "2026-11-29: logits kernel's time"); 4 x 1 also spills at H = 32 since the
-    # per-unit store pointers.
+    # per-unit store pointers. Top-k: 256 threads over a 4,096-candidate buffer (four CTAs an SM where
+    # 512 over 8,192 fit two) took 0.72-0.91 of the time on every chunk measured, top-512 and top-2048,
+    # short rows the most (experiment log, "2026-12-01: the chunks a server sends").
     return DenseVariant(arch=arch, heads=heads, top_k=top_k, rows=128 // heads, math_wgs=2, slices=2, q_stages=2, kv_stages=4,
-                        topk_threads=512, topk_buffer=8192)
+                        topk_threads=256, topk_buffer=4096)
