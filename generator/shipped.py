@@ -14,7 +14,8 @@ from .variant import Variant
 
 
 def shipped_dense_variants() -> list[DenseVariant]:
-    return sorted({default_dense_variant(h, k) for h in AXES["heads"] for k in AXES["top_k"]})
+    return sorted({default_dense_variant(h, k, short_rows=short) for h in AXES["heads"] for k in AXES["top_k"]
+                   for short in (False, True)})
 
 
 def shipped_variants() -> list[Variant]:

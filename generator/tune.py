@@ -297,8 +297,8 @@ class GpuMeasurer:
         from .timing import median_ms
 
         wl = self.workload(bucket)
-        return median_ms(lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k), warmup=1,
-                         reps=3)
+        return median_ms(lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, bucket.keys),
+                         warmup=1, reps=3)
 
     def fused_ms(self, variant: Variant, bucket: Bucket) -> float:
         import torch

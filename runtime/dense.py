@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from generator.dense_variant import DenseVariant, default_dense_variant
+from generator.dense_variant import SHORT_ROW_KEYS, DenseVariant, default_dense_variant
 
 from .contract import check_inputs, clamp_ranges
 from .loader import DenseLibrary, aligned16, allocate, launch_on, load, load_or_warn
@@ -25,32 +25,38 @@ DEFAULT_LOGITS_BUDGET = 512 << 20
 DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they run; "torch": always torch
 
 
-def dense_variant_for(device: torch.device, heads: int, top_k: int) -> DenseVariant | None:
-    """The dense kernels for this device, or None where they do not run (torch serves instead)."""
+def dense_variant_for(device: torch.device, heads: int, top_k: int, longest_row: int | None = None) -> DenseVariant | None:
+    """The dense kernels for this device and chunk (rows that see at most `longest_row` keys; None:
+    unknown), or None where they do not run (torch serves instead)."""
     if os.environ.get(DENSE_ENV, "auto") == "torch" or device.type != "cuda":
         return None
     if torch.cuda.get_device_capability(device) != (9, 0):
         return None
-    return default_dense_variant(heads, top_k)
+    return default_dense_variant(heads, top_k, short_rows=longest_row is not None and longest_row <= SHORT_ROW_KEYS)
 
 
 def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
                    logits_budget_bytes: int = DEFAULT_LOGITS_BUDGET, validate: bool = True,
-                   variant: DenseVariant | None = None) -> torch.Tensor:
+                   variant: DenseVariant | None = None, max_visible_keys: int | None = None) -> torch.Tensor:
     """The dense path. `variant` forces our dense kernels (an error if they cannot be built); by
-    default they serve where they run and can be built, else torch does (one warning)."""
-    check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate)
-    return run_dense(q, kv[0], kv[1], weights, cu_seqlen_ks, cu_seqlen_ke, top_k, logits_budget_bytes, variant)
+    default they serve where they run and can be built, else torch does (one warning). Their top-k
+    kernel is chosen by the most keys one row sees: measured with validate=True, else
+    max_visible_keys, else N (as fused_mqa_topk)."""
+    problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate,
+                           max_visible_keys=max_visible_keys)
+    return run_dense(q, kv[0], kv[1], weights, cu_seqlen_ks, cu_seqlen_ke, top_k, problem.longest_row,
+                     logits_budget_bytes, variant)
 
 
-def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int = DEFAULT_LOGITS_BUDGET,
-              variant: DenseVariant | None = None) -> torch.Tensor:
-    """The dense path on inputs whose shapes were checked. Their ranges need not have been: our
-    kernels clamp each row's range on the device, and the torch path clamps them before it plans."""
+def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, longest_row: int | None = None,
+              budget: int = DEFAULT_LOGITS_BUDGET, variant: DenseVariant | None = None) -> torch.Tensor:
+    """The dense path on inputs whose shapes were checked, for rows that see at most `longest_row`
+    keys (None: unknown). Their ranges need not have been checked: our kernels clamp each row's range
+    on the device, and the torch path clamps them before it plans."""
     if variant is not None:
         lib = load(variant)
     else:
-        variant = dense_variant_for(q.device, q.shape[1], top_k)
+        variant = dense_variant_for(q.device, q.shape[1], top_k, longest_row)
         lib = variant and load_or_warn(variant, "the torch dense path")
     if lib is not None:
         return _dense_kernels(lib, q, k_fp8, k_scale, weights, ks, ke, top_k, budget)

@@ -72,7 +72,7 @@ def run_fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, we
                                         device=q.device, visible_keys=longest_row))
         lib = chosen and load_or_warn(chosen, "the dense path")
         if lib is None:
-            return run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k)
+            return run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k, longest_row)
     else:
         chosen = Variant.from_name(variant)
     return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, top_k, lib=lib)

@@ -136,3 +136,14 @@ def test_smem_estimate_grows_with_each_buffer():
     v = default_variant(32, 2048, mma="mmasync")
     assert _with(stages=4).smem_bytes() - v.smem_bytes() == v.key_tile * (128 + 16 + 4)
     assert _with(buffer=6144).smem_bytes() - v.smem_bytes() == 2 * v.rows * 2048 * 4
+
+
+def test_the_dense_path_ships_a_top_k_for_short_rows_and_one_for_long():
+    from generator.dense_variant import default_dense_variant, dense_rejection_reason
+    from generator.shipped import shipped_dense_variants
+
+    shipped = shipped_dense_variants()
+    assert len(shipped) == 12 and all(dense_rejection_reason(v) is None for v in shipped)
+    short, long = default_dense_variant(64, 2048, short_rows=True), default_dense_variant(64, 2048)
+    assert (short.topk_threads, short.topk_buffer) == (256, 4096) and (long.topk_threads, long.topk_buffer) == (512, 8192)
+    assert {(v.rows, v.math_wgs, v.slices) for v in (short, long)} == {(2, 2, 2)}  # the same logits kernel
