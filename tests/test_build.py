@@ -66,6 +66,11 @@ def test_every_shipped_variant_compiles(tmp_cache):
                 # buckets ship them), the scan and sample loops none.
                 limit = 112 if p.variant.select_warps > 3 else 64
                 assert report.spill_store_bytes <= limit, (p.variant.name, kernel, report)
+            elif getattr(p.variant, "sample_tiles", 0) and kernel == "fused_mqa_topk_gate_kernel":
+                # The gated kernel with the math warps selecting: at H = 64 top-1024 (shipped for the
+                # 64-row buckets) ptxas keeps four launch-wide values on the stack: stored before the
+                # first loop, loaded once (LDL.LU) a block, outside the scan (tools/sass.py --keep).
+                assert report.spill_store_bytes <= 16, (p.variant.name, kernel, report)
             elif getattr(p.variant, "mma", "wgmma") == "wgmma":  # every other Hopper kernel stays spill-free
                 assert report.clean, (p.variant.name, kernel, report)
         # ptxas serialises every wgmma of a kernel (and says so, C7514) when it cannot prove that no
