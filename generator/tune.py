@@ -1,13 +1,19 @@
 """`python -m generator tune`: per shape bucket, an optuna study over the variant space on this GPU.
 
 For each bucket (heads, top_k, rows, keys) the tuner
-  1. times the dense path once on the bucket's inputs (a causal chunk of random data);
-  2. asks optuna for a batch of variants (the default variant first), rejects invalid points with
-     their reason (pruned trials), builds the rest in parallel, and for each one verifies its
-     output against the reference before timing it (a wrong variant is a failed trial, never a time);
-  3. records the best variant, its time and the dense time in <GPU>.json (runtime.table.table_dir), so the
-     runtime knows per bucket whether fused beats dense on this GPU.
-The table is rewritten after every bucket, merged with the buckets it already holds.
+  1. searches: optuna asks for variants (generator.search: the known-good points first, then the
+     best point's one-axis neighbours, then TPE), rejects invalid points with their reason, builds
+     the rest in parallel, verifies each one's output against the reference before timing it (a
+     wrong variant is a failed trial, never a time) and stops a hopeless one on its first timings
+     (the pruner);
+  2. settles: times the best variant and the dense path alike, interleaved, and records both medians
+     with their spreads in <GPU>.json (runtime.table.table_dir); fused is taken where it wins by more
+     than the spreads together. Each entry says when, for which kernel code, after how many trials,
+     and after which verification it was measured; the table says on which GPU and software.
+The table is rewritten after every bucket, merged with the buckets it already holds. Studies are
+keyed by the GPU identity and the kernel code's digest, so a stored study (--storage) resumes only
+on the same GPU model and code. With --gpus, one worker a GPU searches each bucket's study through
+one storage, and this process settles the buckets (generator.workers).
 
 The measuring is behind a small interface (Measurer) so the bookkeeping runs on a CPU in tests.
 """
@@ -16,9 +22,10 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
-import math
+import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -67,12 +74,33 @@ class VerificationError(RuntimeError):
     """A variant's output broke the contract on the bucket's inputs."""
 
 
-class Measurer(Protocol):
-    def dense_ms(self, bucket: Bucket) -> float: ...
+@dataclass(frozen=True)
+class Comparison:
+    """A fused variant and the dense path timed alike: medians (ms) and relative spreads."""
 
-    def fused_ms(self, variant: Variant, bucket: Bucket) -> float:
-        """Verified time of `variant` on the bucket's inputs; raises VerificationError if wrong."""
+    fused_ms: float
+    fused_spread: float
+    dense_ms: float
+    dense_spread: float
+
+
+class Measurer(Protocol):
+    def fused_samples(self, variant: Variant, bucket: Bucket) -> Iterator[float]:
+        """Verifies `variant` on the bucket's inputs (raises VerificationError if wrong), then yields
+        one timing (ms) after another."""
         ...
+
+    def compare(self, variant: Variant, bucket: Bucket) -> Comparison:
+        """`variant` (verified) and the dense path, timed interleaved with the same repeats."""
+        ...
+
+
+def spread(times: list[float]) -> float:
+    """Half the interquartile range over the median: how far apart repeated timings lie."""
+    if len(times) < 4:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4)
+    return (q3 - q1) / 2 / statistics.median(times)
 
 
 def tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, list]:
@@ -90,113 +118,157 @@ def tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, list]:
 class BucketResult:
     bucket: Bucket
     best: Variant | None
-    fused_ms: float
-    dense_ms: float
-    trials: int
+    comparison: Comparison | None
+    trials: int  # measured candidates (complete, failed, or stopped by the pruner)
     rejected: int
     failed: int
+    pruned: int = 0
+    study: object = None  # the optuna study (for the report's plots)
 
-    def entry(self) -> Entry | None:
-        if self.best is None:
+    def entry(self, verified: str = "") -> Entry | None:
+        if self.best is None or self.comparison is None:
             return None
-        b = self.bucket
-        return Entry(b.heads, b.top_k, b.rows, b.keys, self.best.name, round(self.fused_ms, 4), round(self.dense_ms, 4))
+        from .provenance import code_digest
+
+        b, c = self.bucket, self.comparison
+        return Entry(b.heads, b.top_k, b.rows, b.keys, self.best.name, round(c.fused_ms, 4), round(c.dense_ms, 4),
+                     round(c.fused_spread, 4), round(c.dense_spread, 4), now(), code_digest(), self.trials, verified)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def study_name(arch: str, bucket: Bucket, gpu: str) -> str:
+    """A study per GPU identity, kernel code and bucket: a stored study never mixes GPUs or code."""
+    from .provenance import code_digest
+
+    return f"{gpu}_{code_digest()}_{arch}_{bucket.name}"
+
+
+def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent: Variant | None = None,
+               gpu: str = "local"):
+    """The bucket's study, with the search's sampler and pruner (generator.search): the starting
+    points first (space.starting_points; the arch's default first of all, so that even a one-trial
+    study measures it), `incumbent` (the table's current choice) second, so that a re-tune with few
+    trials cannot end worse than the table it replaces."""
+    import optuna
+
+    from .search import KnownGoodSampler, SlowerThanBestPruner
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    first, *others = starting_points(bucket.heads, bucket.top_k, arch)
+    if incumbent is not None and incumbent != first and incumbent.arch == arch and rejection_reason(incumbent) is None:
+        others = [incumbent, *(v for v in others if v != incumbent)]
+    sampler = KnownGoodSampler([first, *others], lambda v: neighbors(v, NEIGHBOR_AXES),
+                               optuna.samplers.TPESampler(seed=seed, n_startup_trials=8))
+    return optuna.create_study(study_name=study_name(arch, bucket, gpu), storage=storage, load_if_exists=True,
+                               direction="minimize", sampler=sampler, pruner=SlowerThanBestPruner())
+
+
+def counts(study) -> dict[str, int]:
+    """Trials of a study by what became of them: measured (complete, failed, pruned on its timings),
+    running, rejected (an invalid point), duplicate (a point another trial had)."""
+    from optuna.trial import TrialState as S
+
+    out = dict.fromkeys(("measured", "running", "rejected", "duplicate", "failed", "pruned"), 0)
+    for t in study.get_trials(deepcopy=False):
+        kind = "rejected" if "rejected" in t.user_attrs else "duplicate" if "duplicate" in t.user_attrs else None
+        if kind:
+            out[kind] += 1
+        elif t.state == S.RUNNING:
+            out["running"] += 1
+        elif t.state in (S.COMPLETE, S.FAIL, S.PRUNED):
+            out["measured"] += 1
+            out["failed"] += t.state == S.FAIL
+            out["pruned"] += t.state == S.PRUNED
+    return out
+
+
+def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8,
+                  build_fn=None, log=print) -> None:
+    """Measures candidates until the study holds `trials` measured ones (counting those other workers
+    have running); `build_fn(variants)` compiles a batch before it is measured. A batch is asked at
+    once (its builds run in parallel) and ends after the last known-good point, so that the
+    neighbours asked next are those of the best known-good point."""
+    import optuna
+    from optuna.trial import TrialState as S
+
+    from .search import claim, taken
+
+    sampler = study.sampler
+    choices = tunable_choices(arch, bucket.heads, bucket.top_k)
+    asks_left = 20 * trials  # rejected points are pruned for free, up to a cap
+    while asks_left > 0:
+        c = counts(study)
+        room = trials - c["measured"] - c["running"]
+        if room <= 0:
+            return
+        asked = []
+        for _ in range(min(batch, room, asks_left)):
+            trial = study.ask()
+            asks_left -= 1
+            v = Variant(arch=arch, heads=bucket.heads, top_k=bucket.top_k,
+                        **{a: trial.suggest_categorical(a, choices[a]) for a in TUNED_AXES})
+            trial.set_user_attr("variant", v.name)
+            reason = rejection_reason(v)
+            proposed = getattr(sampler, "proposed", lambda t: None)(trial)
+            if reason:
+                trial.set_user_attr("rejected", reason)
+                study.tell(trial, state=S.PRUNED)
+                continue
+            if proposed is None:  # the model-based sampler's point: claimed here, skipped if taken
+                if v.name in taken(study, trial.number):
+                    trial.set_user_attr("duplicate", True)
+                    study.tell(trial, state=S.PRUNED)
+                    continue
+                claim(study, trial, v.name)
+            asked.append((trial, v))
+            known = getattr(sampler, "_known", [])
+            if proposed is not None and known and proposed == known[-1]:
+                break
+        if build_fn and asked:
+            build_fn(sorted({v for _, v in asked}))
+        for trial, v in asked:
+            times: list[float] = []
+            try:
+                for i, ms in enumerate(measurer.fused_samples(v, bucket)):
+                    times.append(ms)
+                    trial.report(statistics.median(times), i)
+                    if trial.should_prune():
+                        raise optuna.TrialPruned()
+            except VerificationError as e:
+                log(f"[{bucket.name}] {v.name}: WRONG ({e})")
+                study.tell(trial, state=S.FAIL)
+                continue
+            except optuna.TrialPruned:
+                log(f"[{bucket.name}] {v.name}: stopped after {len(times)} timings ({statistics.median(times):.3f} ms)")
+                study.tell(trial, state=S.PRUNED)
+                continue
+            log(f"[{bucket.name}] {v.name}: {statistics.median(times):.3f} ms")
+            study.tell(trial, statistics.median(times))
+
+
+def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> BucketResult:
+    """The study's best verified variant, timed against the dense path (Measurer.compare)."""
+    c = counts(study)
+    complete = [t for t in study.get_trials(deepcopy=False) if t.value is not None and "variant" in t.user_attrs]
+    if not complete:
+        return BucketResult(bucket, None, None, c["measured"], c["rejected"], c["failed"], c["pruned"], study)
+    best = Variant.from_name(min(complete, key=lambda t: t.value).user_attrs["variant"])
+    comparison = measurer.compare(best, bucket)
+    log(f"[{bucket.name}] {best.name}: fused {comparison.fused_ms:.3f} ms (+-{comparison.fused_spread:.1%}), dense "
+        f"{comparison.dense_ms:.3f} ms (+-{comparison.dense_spread:.1%}), timed alike")
+    return BucketResult(bucket, best, comparison, c["measured"], c["rejected"], c["failed"], c["pruned"], study)
 
 
 def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
-                storage: str | None = None, build_fn=None, incumbent: Variant | None = None,
+                storage=None, build_fn=None, incumbent: Variant | None = None, gpu: str = "local",
                 log=print) -> BucketResult:
-    """One optuna study for one bucket; `build_fn(variants)` compiles a batch before it is measured.
-    The study measures the starting points first (space.starting_points), `incumbent` (the table's
-    current choice for the bucket) second, so a re-tune with few trials cannot end worse than the
-    table it replaces; then, batch by batch, the unmeasured one-axis neighbours of the best point so
-    far (space.neighbors); optuna's sampler only once the best point's neighbourhood is measured."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    choices = tunable_choices(arch, bucket.heads, bucket.top_k)
-    study = optuna.create_study(
-        study_name=f"{arch}_{bucket.name}", storage=storage, load_if_exists=True, direction="minimize",
-        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, trials)))
-    if not study.trials:  # the known-good points go first (space.starting_points), the arch's own
-        # default first of all, so that even a one-trial study measures it
-        first, *others = starting_points(bucket.heads, bucket.top_k, arch)
-        if incumbent not in (None, first) and incumbent.arch == arch and rejection_reason(incumbent) is None:
-            others = [incumbent, *(v for v in others if v != incumbent)]
-        for point in [first, *others]:
-            study.enqueue_trial({a: getattr(point, a) for a in TUNED_AXES})
-
-    dense_ms = measurer.dense_ms(bucket)
-    log(f"[{bucket.name}] dense {dense_ms:.3f} ms")
-    # By variant name; None = failed verification. A stored study's earlier trials count as measured.
-    measured: dict[str, float | None] = {}
-    State = optuna.trial.TrialState
-    for t in study.trials:
-        if t.state in (State.COMPLETE, State.FAIL) and "variant" in t.user_attrs:
-            measured[t.user_attrs["variant"]] = t.value if t.state == State.COMPLETE else None
-    rejected = failed = 0
-    # `trials` counts measured (or failed) candidates; rejected points are pruned for free, up to a cap.
-    done = sum(t.state in (State.COMPLETE, State.FAIL) for t in study.trials)
-    asks_left = 20 * trials
-
-    def enqueue_neighbors() -> None:
-        """The best point's unmeasured neighbours, if nothing is queued already."""
-        if study.get_trials(deepcopy=False, states=(State.WAITING,)):
-            return
-        good = {n: ms for n, ms in measured.items() if ms is not None}
-        if not good:
-            return
-        queued = 0
-        for w in neighbors(Variant.from_name(min(good, key=good.get)), NEIGHBOR_AXES):
-            if w.name not in measured and queued < min(batch, trials - done):
-                study.enqueue_trial({a: getattr(w, a) for a in TUNED_AXES})
-                queued += 1
-
-    while done < trials and asks_left > 0:
-        enqueue_neighbors()
-        # A batch is the queued points alone while there are any (starting points, neighbours), so
-        # that the next batch's neighbours are those of the best point after them.
-        queued = len(study.get_trials(deepcopy=False, states=(State.WAITING,)))
-        asked = []
-        for _ in range(min(queued or batch, trials - done, asks_left)):
-            trial = study.ask()
-            v = Variant(arch=arch, heads=bucket.heads, top_k=bucket.top_k,
-                        **{a: trial.suggest_categorical(a, choices[a]) for a in TUNED_AXES})
-            asked.append((trial, v))
-        asks_left -= len(asked)
-        to_build = []
-        for trial, v in asked:
-            reason = rejection_reason(v)
-            if reason:
-                trial.set_user_attr("rejected", reason)
-                study.tell(trial, state=State.PRUNED)
-                rejected += 1
-            elif v.name not in measured:
-                to_build.append(v)
-        if build_fn and to_build:
-            build_fn(sorted(set(to_build)))
-        for trial, v in asked:
-            if trial.user_attrs.get("rejected"):
-                continue
-            if v.name not in measured:
-                try:
-                    measured[v.name] = measurer.fused_ms(v, bucket)
-                    log(f"[{bucket.name}] {v.name}: {measured[v.name]:.3f} ms")
-                except VerificationError as e:
-                    measured[v.name] = None
-                    log(f"[{bucket.name}] {v.name}: WRONG ({e})")
-            trial.set_user_attr("variant", v.name)
-            done += 1
-            if measured[v.name] is None:
-                study.tell(trial, state=State.FAIL)
-                failed += 1
-            else:
-                study.tell(trial, measured[v.name])
-    good = {n: ms for n, ms in measured.items() if ms is not None}
-    if not good:
-        return BucketResult(bucket, None, math.inf, dense_ms, done, rejected, failed)
-    best_name = min(good, key=good.get)
-    return BucketResult(bucket, Variant.from_name(best_name), good[best_name], dense_ms, done, rejected, failed)
+    """One bucket's study: search it (search_bucket), then settle it (settle_bucket)."""
+    study = open_study(bucket, arch, storage, seed, incumbent, gpu)
+    search_bucket(study, bucket, measurer, arch, trials, batch, build_fn, log)
+    return settle_bucket(study, bucket, measurer, log)
 
 
 def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
@@ -231,16 +303,27 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
             break
         incumbent = table_choice(bucket, [path, find_table(gpu)])
-        r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent, log=log)
+        r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent,
+                        gpu=gpu, log=log)
         results.append(r)
-        entry = r.entry()
-        if entry is not None:
-            save_table(path, gpu, merge_entries(load_table(path) or [], [entry]),
-                       {"arch": arch, "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                        **(meta or {})})
-            log(f"[{bucket.name}] best {entry.variant}: fused {entry.fused_ms:.3f} ms, dense {entry.dense_ms:.3f} ms "
-                f"-> {entry.use} ({entry.dense_ms / entry.fused_ms:.2f}x)")
+        record(path, gpu, arch, r, meta, log)
     return results
+
+
+VERIFIED = "two-sided verifier (runtime.verify) on 64 random rows and the first and last, outputs poisoned"
+
+
+def record(path: Path, gpu: str, arch: str, result: BucketResult, meta: dict | None, log=print) -> None:
+    """Merges a settled bucket into the table at `path`."""
+    from .provenance import code_digest
+
+    entry = result.entry(VERIFIED)
+    if entry is None:
+        return
+    save_table(path, gpu, merge_entries(load_table(path) or [], [entry]),
+               {"arch": arch, "updated": now(), "code": code_digest(), **(meta or {})})
+    log(f"[{result.bucket.name}] best {entry.variant}: fused {entry.fused_ms:.3f} ms, dense {entry.dense_ms:.3f} ms "
+        f"-> {entry.use} ({entry.dense_ms / entry.fused_ms:.2f}x)")
 
 
 def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=None, meta: dict | None = None,
@@ -259,16 +342,18 @@ def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=Non
     for e in entries:
         bucket = Bucket(e.heads, e.top_k, e.rows, e.keys)
         try:
-            fused = measurer.fused_ms(Variant.from_name(e.variant), bucket)
+            c = measurer.compare(Variant.from_name(e.variant), bucket)
         except VerificationError as err:
             log(f"[{bucket.name}] {e.variant}: WRONG ({err}); entry dropped")
             continue
-        new = Entry(e.heads, e.top_k, e.rows, e.keys, e.variant, round(fused, 4), round(measurer.dense_ms(bucket), 4))
+        result = BucketResult(bucket, Variant.from_name(e.variant), c, e.trials, 0, 0)
+        new = result.entry(VERIFIED)
         log(f"[{bucket.name}] {e.variant}: fused {e.fused_ms:.3f} -> {new.fused_ms:.3f} ms, dense {e.dense_ms:.3f} -> "
             f"{new.dense_ms:.3f} ms: {e.use} -> {new.use}")
         fresh.append(new)
-    save_table(path, gpu, fresh, {"arch": arch, "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), **(meta or {})})
+    from .provenance import code_digest
+
+    save_table(path, gpu, fresh, {"arch": arch, "updated": now(), "code": code_digest(), **(meta or {})})
     return fresh
 
 
@@ -289,25 +374,22 @@ class GpuMeasurer:
                                                     seed=self.seed, device="cuda")
         return self._workloads[bucket]
 
-    def dense_ms(self, bucket: Bucket) -> float:
+    def _dense(self, bucket: Bucket):
         """The dense path entered where the fused path is (after the checks: run_dense, launch_variant),
         so that neither side's time holds host work the other's lacks."""
         from runtime.dense import run_dense
 
-        from .timing import median_ms
-
         wl = self.workload(bucket)
-        return median_ms(lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, bucket.keys),
-                         warmup=1, reps=3)
+        return lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, bucket.keys)
 
-    def fused_ms(self, variant: Variant, bucket: Bucket) -> float:
+    def _verified(self, variant: Variant, bucket: Bucket):
+        """A call of `variant` into a poisoned output, once verified on sampled rows."""
         import torch
 
         from runtime.fused import launch_variant
         from runtime.verify import verify_topk
 
         from .check import POISON
-        from .timing import median_ms
 
         wl = self.workload(bucket)
         args = (variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k)
@@ -318,7 +400,28 @@ class GpuMeasurer:
         report = verify_topk(out, *wl.args(), rows=sorted(rows))
         if not report.ok:
             raise VerificationError(report.summary())
-        return median_ms(lambda: launch_variant(*args, out=out), warmup=1, reps=7)
+        return lambda: launch_variant(*args, out=out)
+
+    def fused_samples(self, variant: Variant, bucket: Bucket, reps: int = 7) -> Iterator[float]:
+        from .timing import event_ms
+
+        call = self._verified(variant, bucket)
+        call()  # (warm-up)
+        for _ in range(reps):
+            yield event_ms(call)
+
+    def compare(self, variant: Variant, bucket: Bucket, reps: int = 15) -> Comparison:
+        """Fused and dense alternately, `reps` each after a warm-up of both: the clock the power cap
+        sets is the same for both sides (a fused run and a dense run taken minutes apart were not)."""
+        from .timing import event_ms
+
+        fused, dense = self._verified(variant, bucket), self._dense(bucket)
+        fused(), dense()
+        f, d = [], []
+        for _ in range(reps):
+            f.append(event_ms(fused))
+            d.append(event_ms(dense))
+        return Comparison(statistics.median(f), spread(f), statistics.median(d), spread(d))
 
 
 def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
@@ -354,7 +457,13 @@ def add_arguments(p) -> None:
                         "best point's neighbours; in a re-tune of 30 H200 buckets, 28 winners were not a starting "
                         "point: docs/experiment-log.md, 2026-11-29)")
     p.add_argument("--time-budget", type=float, default=25.0, help="minutes; buckets left when it runs out are skipped")
-    p.add_argument("--storage", help="optuna storage URL (e.g. sqlite:///tune.db) to resume studies")
+    p.add_argument("--storage", help="optuna storage: an RDB URL (sqlite:///tune.db, postgresql://...) or journal:PATH "
+                                     "(a journal file); studies resume from it, keyed by GPU identity and kernel code")
+    p.add_argument("--gpus", metavar="all|N", help="one search worker per local GPU, sharing one storage (default "
+                                                   "journal:<out-dir>/tune-journal.log); this process then settles "
+                                                   "each bucket and writes the table (generator/workers.py)")
+    p.add_argument("--worker", action="store_true", help="search only, into --storage, and write no table (what "
+                                                         "--gpus starts on each GPU; start it yourself on other hosts)")
     p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: FUSED_MQA_TOPK_TABLES, else ~/.local/share/fused-mqa-topk/tables; the shipped table: runtime/tuned_configs)")
     p.add_argument("--refresh", action="store_true",
                    help="re-time the table's variants against today's dense path instead of searching")
@@ -384,12 +493,15 @@ def main(args) -> int:
         print("optuna is missing: pip install optuna", file=sys.stderr)
         return 2
     from .build import build
+    from .provenance import gpu_record, software_record
+    from .workers import JOURNAL, gpu_count, run_workers, storage_for
 
     # portable_arch: every variant was checked against the arch's limits (generator.space), so a GPU of
     # the same arch without a table of its own may borrow this one (runtime.table.table_for).
-    meta = {"gpu": identity.name, "sms": identity.sms, "portable_arch": arch.name, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "command": "python -m generator tune " + " ".join(sys.argv[2:])}
+    meta = {**gpu_record(torch.cuda.current_device()), **software_record(), "portable_arch": arch.name,
+            "command": "python -m generator tune " + " ".join(sys.argv[2:])}
     out_dir = args.out_dir or table_dir()
+    log = lambda s: print(s, flush=True)  # noqa: E731
     if args.refresh:
         print(f"refreshing {table_path(gpu, out_dir)} on {gpu}", flush=True)
         fresh = refresh(GpuMeasurer(), gpu, arch.name, out_dir, build_fn=lambda vs: build(vs), meta=meta,
@@ -397,11 +509,35 @@ def main(args) -> int:
         return 0 if fresh else 1
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shape] if args.shape else DEFAULT_SHAPES
     buckets = default_buckets(args.heads, args.top_k, shapes)
-    print(f"tuning {len(buckets)} buckets on {gpu} ({arch.name}), {args.trials} trials each, "
-          f"budget {args.time_budget:.0f} min -> {table_path(gpu, out_dir)}", flush=True)
-    results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
-                  storage=args.storage, build_fn=lambda vs: build(vs), meta=meta,
-                  log=lambda s: print(s, flush=True))
+    path = table_path(gpu, out_dir)
+    if args.worker:  # search only: the process that started the workers settles and writes
+        storage = storage_for(args.storage)
+        for bucket in buckets:
+            incumbent = table_choice(bucket, [path, find_table(gpu)])
+            search_bucket(open_study(bucket, arch.name, storage, incumbent=incumbent, gpu=gpu), bucket, GpuMeasurer(),
+                          arch.name, args.trials, build_fn=lambda vs: build(vs), log=log)
+        return 0
+    if args.gpus:
+        url = args.storage or f"{JOURNAL}{out_dir / 'tune-journal.log'}"
+        n = gpu_count(args.gpus)
+        log(f"searching {len(buckets)} buckets on {n} GPUs through {url}, {args.trials} trials each")
+        wall = run_workers(n, sys.argv[2:], url, log=log)
+        log(f"{n} workers done in {wall:.0f} s; settling each bucket on this GPU")
+        storage = storage_for(url)
+        results = []
+        for bucket in buckets:
+            incumbent = table_choice(bucket, [path, find_table(gpu)])
+            study = open_study(bucket, arch.name, storage, incumbent=incumbent, gpu=gpu)
+            results.append(settle_bucket(study, bucket, GpuMeasurer(), log=log))
+            record(path, gpu, arch.name, results[-1], {**meta, "workers": n, "search_wall_s": round(wall)}, log)
+    else:
+        log(f"tuning {len(buckets)} buckets on {gpu} ({arch.name}), {args.trials} trials each, "
+            f"budget {args.time_budget:.0f} min -> {path}")
+        results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
+                      storage=storage_for(args.storage), build_fn=lambda vs: build(vs), meta=meta, log=log)
+    from .report import write_report
+
+    log(f"report: {write_report(path, results)}")
     tuned = [r for r in results if r.best is not None]
-    print(f"\n{len(tuned)}/{len(buckets)} buckets tuned; table: {table_path(gpu, out_dir)}")
+    log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; table: {path}")
     return 0 if len(tuned) == len(buckets) else 1

@@ -10,11 +10,13 @@ variant, else the untuned default) wherever one can run.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
 
+from generator.provenance import code_digest
 from generator.space import default_variant
 from generator.variant import Variant
 
@@ -24,6 +26,10 @@ from .table import Entry, TableChoice, current_table, load_table, nearest
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
+# An entry measured for other kernel code (its `code` digest differs from this code's) is trusted
+# only where fused beat dense by this much: a kernel change moves a crossover by a few per cent.
+STALE_MARGIN = 1.10
+_warned_stale: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -88,17 +94,29 @@ def _decide(path: str, identity, choice: TableChoice, mtime: int, heads: int, to
     if identity.arch is None:
         return Decision(None, f"{identity.name} has no fp8 tensor cores (needs sm_89+)", identity.key, table)
     entry = nearest(entries, heads, top_k, rows, longest_row)
-    variant = entry_variant(entry, identity.arch, problem, force_fused=path == "fused")
+    stale = bool(entry and entry.code and entry.code != code_digest())
+    if stale and str(choice.path) not in _warned_stale:
+        _warned_stale.add(str(choice.path))
+        warnings.warn(f"{choice.path} holds entries measured for other kernel code ({entry.code}; this code is "
+                      f"{code_digest()}): they are trusted only where fused won by {STALE_MARGIN:.2f}x; "
+                      f"re-time them with `python -m generator tune --refresh`", RuntimeWarning, stacklevel=2)
+    variant = entry_variant(entry, identity.arch, problem, force_fused=path == "fused", stale=stale)
     if path == "fused":
         why = f"{PATH_ENV}=fused: " + ("the nearest bucket's variant" if entry else "no bucket: the untuned default")
     elif entry is None:
         why = "no tuned bucket for these heads and top-k on this GPU"
     elif variant is None and Variant.from_name(entry.variant).arch != identity.arch:
         why = f"the nearest bucket's variant is built for {Variant.from_name(entry.variant).arch}, not {identity.arch}"
+    elif variant is None and entry.use == "fused":
+        why = (f"the nearest bucket's entry was measured for other kernel code ({entry.code}, not {code_digest()}) "
+               f"and fused won there by {entry.dense_ms / entry.fused_ms:.2f}x, under the {STALE_MARGIN:.2f}x a "
+               f"stale entry needs")
     elif variant is None:
         why = f"in the nearest bucket the dense path won ({entry.dense_ms / entry.fused_ms:.2f}x)"
     else:
         why = f"in the nearest bucket the fused variant won ({entry.dense_ms / entry.fused_ms:.2f}x)"
+        if stale:
+            why += f", measured for other kernel code ({entry.code}, not {code_digest()}) but by more than {STALE_MARGIN:.2f}x"
     return Decision(variant, why, identity.key, table, entry)
 
 
@@ -112,14 +130,17 @@ def select_variant(entries: list[Entry], arch: str | None, problem: Problem, for
     cores); None means dense. force_fused takes the variant even where dense won, or the default."""
     if arch is None:
         return None
-    return entry_variant(nearest(entries, problem.heads, problem.top_k, problem.rows, problem.longest_row), arch,
-                         problem, force_fused)
+    entry = nearest(entries, problem.heads, problem.top_k, problem.rows, problem.longest_row)
+    return entry_variant(entry, arch, problem, force_fused, stale=bool(entry and entry.code and entry.code != code_digest()))
 
 
-def entry_variant(entry: Entry | None, arch: str, problem: Problem, force_fused: bool = False) -> Variant | None:
-    """What the nearest bucket's entry says for a GPU whose builds target `arch` (see select_variant)."""
+def entry_variant(entry: Entry | None, arch: str, problem: Problem, force_fused: bool = False,
+                  stale: bool = False) -> Variant | None:
+    """What the nearest bucket's entry says for a GPU whose builds target `arch` (see select_variant);
+    a stale entry (measured for other kernel code) needs fused to have won by STALE_MARGIN."""
     if entry is not None:
         variant = Variant.from_name(entry.variant)
-        if variant.arch == arch and (entry.use == "fused" or force_fused):
+        won = entry.use == "fused" and (not stale or entry.dense_ms >= STALE_MARGIN * entry.fused_ms)
+        if variant.arch == arch and (won or force_fused):
             return variant
     return default_variant(problem.heads, problem.top_k, arch) if force_fused else None

@@ -31,14 +31,23 @@ class Entry:
     heads: int
     top_k: int
     rows: int  # chunk rows (M) the bucket was tuned at
-    keys: int  # chunk keys (N) the bucket was tuned at
+    keys: int  # the most keys a row of the bucket's causal chunk sees (its N)
     variant: str  # best fused variant's name
-    fused_ms: float
+    fused_ms: float  # medians, fused and dense timed alike (interleaved) where the spreads are recorded
     dense_ms: float
+    # Provenance, where the tuner recorded it (older entries: the defaults). A spread is the relative
+    # half-width of the timings' middle half (interquartile range / 2 / median).
+    fused_spread: float = 0.0
+    dense_spread: float = 0.0
+    measured: str = ""  # when (ISO 8601, UTC)
+    code: str = ""  # generator.provenance.code_digest() of the kernels timed
+    trials: int = 0  # fused variants measured in the bucket's study
+    verified: str = ""  # what the winner's output passed
 
     @property
     def use(self) -> str:
-        return "fused" if self.fused_ms < self.dense_ms else "dense"
+        """fused where it beat dense by more than the two timings' spreads together (the noise)."""
+        return "fused" if self.fused_ms * (1 + self.fused_spread + self.dense_spread) < self.dense_ms else "dense"
 
     def to_json(self) -> dict:
         return {**asdict(self), "use": self.use, "speedup": round(self.dense_ms / self.fused_ms, 3)}
@@ -172,7 +181,8 @@ def table_meta(path: Path) -> dict:
 def _read(path: str, mtime: int) -> tuple[dict, list[Entry]]:
     data = json.loads(Path(path).read_text())
     keys = {f for f in Entry.__dataclass_fields__}
-    return {k: v for k, v in data.items() if k != "entries"}, [Entry(**{k: e[k] for k in keys}) for e in data["entries"]]
+    return {k: v for k, v in data.items() if k != "entries"}, [Entry(**{k: e[k] for k in keys if k in e})
+                                                                for e in data["entries"]]
 
 
 def _load(path: str, mtime: int) -> list[Entry]:

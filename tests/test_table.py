@@ -1,6 +1,7 @@
 """Tuned tables: file naming, nearest-bucket lookup, and the dispatch rules built on them."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -154,3 +155,23 @@ def test_explain_on_cpu_tensors():
 
     d = explain(*make_workload("random", 4, 1000, 32, 512).args())
     assert d.path == "dense" and "cpu" in d.why
+
+
+def test_an_entry_for_other_kernel_code_is_trusted_only_by_a_margin():
+    from generator.provenance import code_digest
+    from runtime.dispatch import STALE_MARGIN
+
+    old_code = "0" * 16
+    assert code_digest() != old_code and len(code_digest()) == 16
+    close = entry(fused=1.0, dense=STALE_MARGIN - 0.05, variant=default_variant(32, 2048).name)
+    clear = entry(fused=1.0, dense=STALE_MARGIN + 0.5, variant=default_variant(32, 2048).name)
+    assert select_variant([close], "sm90a", problem()) is not None  # no code recorded: trusted as it is
+    assert select_variant([replace(close, code=code_digest())], "sm90a", problem()) is not None  # this code
+    assert select_variant([replace(close, code=old_code)], "sm90a", problem()) is None  # stale, close: dense
+    assert select_variant([replace(clear, code=old_code)], "sm90a", problem()) is not None  # stale, clear win
+
+
+def test_fused_is_chosen_only_beyond_the_measured_noise():
+    assert entry(fused=1.0, dense=1.05).use == "fused"
+    assert replace(entry(fused=1.0, dense=1.05), fused_spread=0.03, dense_spread=0.03).use == "dense"
+    assert replace(entry(fused=1.0, dense=1.10), fused_spread=0.03, dense_spread=0.03).use == "fused"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from generator.space import default_variant, default_variants, neighbors, rejection_reason, starting_points
-from generator.tune import (NEIGHBOR_AXES, TUNED_AXES, Bucket, VerificationError, likely_candidates, merge_entries,
-                            refresh, run, tunable_choices, tune_bucket)
+from generator.tune import (NEIGHBOR_AXES, TUNED_AXES, Bucket, Comparison, VerificationError, likely_candidates,
+                            merge_entries, refresh, run, tunable_choices, tune_bucket)
 from generator.variant import Variant
 from runtime.table import Entry, load_table
 
@@ -20,20 +20,31 @@ REPO = Path(__file__).resolve().parent.parent
 class FakeMeasurer:
     """Time is a made-up function of the parameters; one configuration is 'wrong'."""
 
-    def __init__(self, dense=5.0):
+    def __init__(self, dense=5.0, reps=3):
         self.dense = dense
-        self.fused_calls: list[str] = []
+        self.reps = reps
+        self.fused_calls: list[str] = []  # variants searched
+        self.compared: list[str] = []  # variants settled against dense
 
     def dense_ms(self, bucket):
         return self.dense * (bucket.keys / 65536) ** 2  # dense loses ground as keys grow
 
-    def fused_ms(self, v: Variant, bucket):
+    def time_of(self, v: Variant, bucket):
         assert rejection_reason(v) is None, "the tuner must never measure an invalid point"
-        self.fused_calls.append(v.name)
         if v.stages == 2 and v.warps == 4:
             raise VerificationError("1 bad row")  # fast but wrong: must never win
         return (1.0 + 0.1 * v.stages + (0.3 if v.warps == 4 else 0.0) + v.buffer / 1e5) * bucket.keys / 65536 * (
             0.1 if (v.stages, v.warps) == (2, 4) else 1.0)
+
+    def fused_samples(self, v: Variant, bucket):
+        self.fused_calls.append(v.name)
+        ms = self.time_of(v, bucket)
+        for _ in range(self.reps):
+            yield ms
+
+    def compare(self, v: Variant, bucket):
+        self.compared.append(v.name)
+        return Comparison(self.time_of(v, bucket), 0.0, self.dense_ms(bucket), 0.0)
 
 
 def test_choices_only_hold_values_some_valid_variant_uses():
@@ -57,10 +68,10 @@ def test_a_study_finds_the_best_verified_variant():
     assert set(m.fused_calls) <= {v.name for v in built}  # built before measured
     assert r.best is not None and not (r.best.stages == 2 and r.best.warps == 4)
     verified = [Variant.from_name(n) for n in set(m.fused_calls)]
-    measured = {v.name: m.fused_ms(v, bucket) for v in verified if (v.stages, v.warps) != (2, 4)}
-    assert r.fused_ms == pytest.approx(min(measured.values()))
-    assert r.dense_ms == pytest.approx(5.0)
-    assert r.trials == 14
+    measured = {v.name: m.time_of(v, bucket) for v in verified if (v.stages, v.warps) != (2, 4)}
+    assert r.comparison.fused_ms == pytest.approx(min(measured.values()))
+    assert r.comparison.dense_ms == pytest.approx(5.0)
+    assert r.trials == 14 and m.compared == [r.best.name]  # the winner settled against dense once
 
 
 def test_run_writes_and_merges_the_table(tmp_path):
@@ -89,7 +100,7 @@ def test_refresh_retimes_entries_and_drops_wrong_ones(tmp_path):
     save_table(table_path("Fake GPU", tmp_path), "Fake GPU", [good, wrong], {"arch": "sm90a"})
     m = FakeMeasurer(dense=0.1)  # the dense path got much faster since the table was written
     (fresh,) = refresh(m, "Fake GPU", "sm90a", tmp_path, log=lambda s: None)
-    assert m.fused_calls == [good.variant, wrong.variant]
+    assert m.compared == [good.variant, wrong.variant]
     assert (fresh.variant, fresh.dense_ms) == (good.variant, round(m.dense_ms(Bucket(32, 512, 16384, 131072)), 4))
     assert good.use == "fused" and fresh.use == "dense"  # the crossover moved
     assert load_table(table_path("Fake GPU", tmp_path)) == [fresh]
@@ -126,7 +137,7 @@ def test_after_the_starting_points_a_study_walks_the_best_points_neighbors():
     m = FakeMeasurer()
     bucket = Bucket(32, 2048, 16384, 524288)
     points = starting_points(32, 2048, "sm90a")
-    best = min(points, key=lambda v: FakeMeasurer().fused_ms(v, bucket))
+    best = min(points, key=lambda v: FakeMeasurer().time_of(v, bucket))
     near = neighbors(best, NEIGHBOR_AXES)[:4]
     assert near
     tune_bucket(bucket, m, "sm90a", trials=len(points) + len(near), batch=4, log=lambda s: None)
@@ -219,3 +230,124 @@ def test_tune_without_a_gpu_says_what_to_do_instead():
     assert proc.returncode == 2
     assert "no CUDA GPU" in proc.stderr and "python -m generator build --shipped" in proc.stderr
 
+
+
+class SlowOnes(FakeMeasurer):
+    """Seven timings a candidate; counts how many each candidate was asked for."""
+
+    def __init__(self, slow: set[str], **kw):
+        super().__init__(reps=7, **kw)
+        self.slow = slow
+        self.timings: dict[str, int] = {}
+
+    def fused_samples(self, v, bucket):
+        self.fused_calls.append(v.name)
+        ms = self.time_of(v, bucket) * (3.0 if v.name in self.slow else 1.0)
+        for _ in range(self.reps):
+            self.timings[v.name] = self.timings.get(v.name, 0) + 1
+            yield ms
+
+
+def test_a_hopeless_candidate_is_stopped_on_its_first_timings():
+    bucket = Bucket(32, 2048, 16384, 524288)
+    first, second = starting_points(32, 2048, "sm90a")[:2]
+    m = SlowOnes(slow={second.name})
+    r = tune_bucket(bucket, m, "sm90a", trials=2, log=lambda s: None)
+    assert m.timings == {first.name: 7, second.name: 2}  # three times the best: stopped after two timings
+    assert r.trials == 2 and r.pruned == 1 and r.best == first
+
+
+def test_after_its_known_points_and_neighbours_the_study_hands_over_to_optuna_s_sampler():
+    import optuna
+
+    from generator.search import KnownGoodSampler
+    from generator.tune import counts, search_bucket
+
+    bucket = Bucket(32, 1024, 4096, 65536)
+    known = default_variant(32, 1024)
+    sampler = KnownGoodSampler([known], lambda v: [], optuna.samplers.TPESampler(seed=3))
+    study = optuna.create_study(sampler=sampler)
+    m = FakeMeasurer()
+    search_bucket(study, bucket, m, "sm90a", trials=6, log=lambda s: None)
+    assert m.fused_calls[0] == known.name and len(m.fused_calls) == 6
+    assert len(set(m.fused_calls)) == 6  # the model-based points skip what was measured
+    assert counts(study)["measured"] == 6
+
+
+def test_entries_record_their_provenance_and_the_table_its_code(tmp_path):
+    from generator.provenance import code_digest
+    from runtime.table import table_path
+
+    run([Bucket(32, 512, 16384, 131072)], FakeMeasurer(), "Fake GPU", "sm90a", trials=3, out_dir=tmp_path,
+        meta={"gpu": "Fake", "driver": "1.0"}, log=lambda s: None)
+    data = json.loads(table_path("Fake GPU", tmp_path).read_text())
+    (e,) = data["entries"]
+    assert data["code"] == e["code"] == code_digest() and data["driver"] == "1.0"
+    assert e["trials"] == 3 and "two-sided verifier" in e["verified"] and e["measured"].startswith("20")
+    assert {"fused_spread", "dense_spread"} <= set(e)
+
+
+def test_a_stored_study_is_never_reused_for_another_gpu(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    bucket = Bucket(64, 2048, 4096, 65536)
+    tune_bucket(bucket, FakeMeasurer(), "sm90a", trials=3, storage=storage, gpu="H200-132SM", log=lambda s: None)
+    other = FakeMeasurer()
+    tune_bucket(bucket, other, "sm90a", trials=3, storage=storage, gpu="H100-SXM-132SM", log=lambda s: None)
+    assert len(other.fused_calls) == 3  # measured afresh, not read from the H200's study
+
+
+WORKER = """
+import sys, time
+sys.path.insert(0, {tests!r}); sys.path.insert(0, {repo!r})
+from test_tuner import FakeMeasurer
+from generator.tune import Bucket, open_study, search_bucket
+from generator.workers import storage_for
+
+class Slow(FakeMeasurer):
+    def fused_samples(self, v, bucket):
+        time.sleep(0.05)  # long enough for the other worker to ask meanwhile
+        yield from super().fused_samples(v, bucket)
+
+m = Slow()
+bucket = Bucket(32, 1024, 4096, 65536)
+study = open_study(bucket, "sm90a", storage_for({storage!r}), gpu="Fake")
+search_bucket(study, bucket, m, "sm90a", trials=16, batch=2, log=lambda s: None)
+print(" ".join(m.fused_calls))
+"""
+
+
+def test_two_workers_share_one_study_without_measuring_a_variant_twice(tmp_path):
+    from generator.tune import counts, open_study
+    from generator.workers import storage_for
+
+    storage = f"journal:{tmp_path / 'journal.log'}"
+    script = WORKER.format(tests=str(REPO / "tests"), repo=str(REPO), storage=storage)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    measured = [out.split() for out, _ in outs]
+    assert all(measured), measured  # both workers measured
+    every = measured[0] + measured[1]
+    assert len(every) == len(set(every)), "a variant was measured twice"
+    study = open_study(Bucket(32, 1024, 4096, 65536), "sm90a", storage_for(storage), gpu="Fake")
+    assert 16 <= counts(study)["measured"] <= 17  # (a worker may start one more as the other finishes)
+
+
+def test_workers_get_this_command_with_the_shared_storage():
+    from generator.workers import worker_argv
+
+    argv = ["--heads", "32", "--gpus", "all", "--storage=sqlite:///x.db", "--trials", "4"]
+    assert worker_argv(argv, "journal:/t/j.log") == ["--heads", "32", "--trials", "4", "--worker", "--storage",
+                                                     "journal:/t/j.log"]
+
+
+def test_the_report_lists_every_bucket(tmp_path):
+    from generator.report import write_report
+    from runtime.table import table_path
+
+    results = run([Bucket(32, 512, 4096, 32768), Bucket(32, 512, 16384, 131072)], FakeMeasurer(dense=1.2),
+                  "Fake GPU", "sm90a", trials=3, out_dir=tmp_path, log=lambda s: None)
+    text = write_report(table_path("Fake GPU", tmp_path), results).read_text()
+    assert "H = 32, top-512" in text and "h32_k512_m4096_n32768" in text and "h32_k512_m16384_n131072" in text
+    assert text.count("| fused |") + text.count("| dense |") == 2

@@ -1,0 +1,90 @@
+"""The tuner's report, written next to its table: <GPU>-report.md, and plots where matplotlib is.
+
+Per bucket: the variant chosen, fused against dense with their spreads, the path taken, how many
+candidates the study measured (and how many it rejected, failed or stopped early), and when and for
+which kernel code it was measured. With matplotlib: fused and dense ms against keys per heads and
+top-k, and per bucket tuned in this run optuna's optimisation history and parameter importances.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.table import load_table, table_meta
+
+
+def write_report(table: Path, results: list) -> Path:
+    """Writes the report of `table` (every entry) and of `results` (this run's BucketResults)."""
+    entries = sorted(load_table(table) or [], key=lambda e: (e.heads, e.top_k, e.keys, e.rows))
+    meta = table_meta(table)
+    out = table.with_name(table.stem + "-report.md")
+    lines = [f"# {meta.get('identity', table.stem)}: tuned table report", "",
+             f"GPU: {meta.get('gpu', '?')}, {meta.get('sms', '?')} SMs, driver {meta.get('driver', '?')}, power limit "
+             f"{meta.get('power_limit_w', '?')} W; torch {meta.get('torch', '?')}, CUDA {meta.get('cuda', '?')}; "
+             f"kernel code {meta.get('code', '?')}; updated {meta.get('updated', '?')}.", "",
+             f"Command: `{meta.get('command', '?')}`", ""]
+    plots = _plots(table, entries, results)
+    for heads, top_k in sorted({(e.heads, e.top_k) for e in entries}):
+        lines += [f"## H = {heads}, top-{top_k}", "",
+                  "| rows | keys | variant | fused ms | dense ms | path | speed-up | trials | measured | code |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for e in (e for e in entries if (e.heads, e.top_k) == (heads, top_k)):
+            lines.append(f"| {e.rows} | {e.keys} | `{e.variant}` | {e.fused_ms:.3f} +-{e.fused_spread:.1%} | "
+                         f"{e.dense_ms:.3f} +-{e.dense_spread:.1%} | {e.use} | {e.dense_ms / e.fused_ms:.2f}x | "
+                         f"{e.trials or '-'} | {e.measured or '-'} | {e.code or '-'} |")
+        lines += [f"![fused and dense, H = {heads}, top-{top_k}]({p.name})" for p in plots.get((heads, top_k), [])]
+        lines.append("")
+    if results:
+        lines += ["## This run's studies", "", "| bucket | measured | rejected | failed | stopped early | plots |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for r in results:
+            names = " ".join(f"[{p.stem.rsplit('-', 1)[-1]}]({p.name})" for p in plots.get(r.bucket.name, []))
+            lines.append(f"| {r.bucket.name} | {r.trials} | {r.rejected} | {r.failed} | {r.pruned} | {names or '-'} |")
+        lines.append("")
+    if not plots:
+        lines.append("(No plots: matplotlib is not installed; `pip install matplotlib` and tune again.)")
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _plots(table: Path, entries, results) -> dict:
+    """PNG files by (heads, top_k) and by bucket name; {} without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    made: dict = {}
+    for heads, top_k in sorted({(e.heads, e.top_k) for e in entries}):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for rows in sorted({e.rows for e in entries if (e.heads, e.top_k) == (heads, top_k)}):
+            pts = sorted((e.keys, e.fused_ms, e.dense_ms) for e in entries
+                         if (e.heads, e.top_k, e.rows) == (heads, top_k, rows))
+            keys = [p[0] for p in pts]
+            line = ax.plot(keys, [p[1] for p in pts], "o-", label=f"fused, {rows} rows")[0]
+            ax.plot(keys, [p[2] for p in pts], "x--", color=line.get_color(), label=f"dense, {rows} rows")
+        ax.set(xscale="log", yscale="log", xlabel="keys (longest row)", ylabel="ms", title=f"H = {heads}, top-{top_k}")
+        ax.legend(fontsize=6)
+        path = table.with_name(f"{table.stem}-h{heads}-k{top_k}.png")
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        made[(heads, top_k)] = [path]
+    from optuna.visualization import matplotlib as optuna_plots
+
+    for r in results:
+        if getattr(r, "study", None) is None:
+            continue
+        made[r.bucket.name] = []
+        for kind, plot in (("history", optuna_plots.plot_optimization_history),
+                           ("importances", optuna_plots.plot_param_importances)):
+            try:
+                ax = plot(r.study)
+            except (ValueError, RuntimeError):  # too few complete trials for importances
+                continue
+            path = table.with_name(f"{table.stem}-{r.bucket.name}-{kind}.png")
+            ax.figure.savefig(path, dpi=110, bbox_inches="tight")
+            plt.close(ax.figure)
+            made[r.bucket.name].append(path)
+    return made

@@ -1,0 +1,111 @@
+"""How a tuning study searches the variant space: an optuna sampler and an optuna pruner.
+
+KnownGoodSampler proposes, in order, the known-good points (the arch's starting points and the
+table's current choice), then the unmeasured one-axis neighbours of the best point measured so far,
+and after that hands each trial to a model-based sampler (TPE). It claims each point it proposes in
+the trial's system attributes, after every earlier trial has claimed its own, so workers sharing one
+storage (several GPUs, several hosts) never propose the same point twice. The tuner claims the
+model-based sampler's points the same way and skips one already taken.
+
+SlowerThanBestPruner stops a candidate whose partial timings already make it hopeless: its running
+median is over `ratio` times the best complete trial's time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import optuna
+from optuna.pruners import BasePruner
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from .variant import Variant
+
+CLAIM = "variant"  # a trial's system attribute: the name of the variant it measures
+FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+
+
+def claim_of(trial: FrozenTrial) -> str | None:
+    return trial.system_attrs.get(CLAIM)
+
+
+def claim(study: optuna.Study, trial, name: str) -> None:
+    """Records that `trial` (a Trial or FrozenTrial) measures the variant `name`."""
+    study._storage.set_trial_system_attr(trial._trial_id, CLAIM, name)
+
+
+def taken(study: optuna.Study, number: int, wait_s: float = 30.0) -> set[str]:
+    """The variants every trial numbered below `number` claimed, once each has claimed one or
+    finished (a trial is created a moment before its claim: waiting closes that window between
+    workers); a trial that does neither within wait_s (a dead worker) is passed over."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        trials = study.get_trials(deepcopy=False)
+        pending = [t for t in trials if t.number < number and claim_of(t) is None and t.state not in FINISHED]
+        if not pending or time.monotonic() > deadline:
+            return {c for t in trials if t.number != number and (c := claim_of(t))}
+        time.sleep(0.01)
+
+
+class KnownGoodSampler(BaseSampler):
+    def __init__(self, known: list[Variant], neighbours: Callable[[Variant], list[Variant]], then: BaseSampler,
+                 wait_s: float = 30.0):
+        self._known = list(dict.fromkeys(known))
+        self._neighbours = neighbours
+        self._then = then
+        self._wait_s = wait_s
+        self._proposed: dict[int, Variant] = {}  # trial id -> the point this sampler gave it
+
+    def proposed(self, trial) -> Variant | None:
+        """The point this sampler proposed for `trial`, or None (the model-based sampler's trial)."""
+        return self._proposed.get(trial._trial_id)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._then.before_trial(study, trial)
+        busy = taken(study, trial.number, self._wait_s)
+        point = next((v for v in self._known if v.name not in busy), None)
+        if point is None:
+            done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if claim_of(t)]
+            if done:
+                best = Variant.from_name(claim_of(min(done, key=lambda t: t.value)))
+                point = next((w for w in self._neighbours(best) if w.name not in busy), None)
+        if point is not None:
+            self._proposed[trial._trial_id] = point
+            claim(study, trial, point.name)
+
+    def infer_relative_search_space(self, study, trial):
+        return self._then.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return {} if trial._trial_id in self._proposed else self._then.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        point = self._proposed.get(trial._trial_id)
+        if point is not None:
+            return getattr(point, param_name)
+        return self._then.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self._proposed.pop(trial._trial_id, None)
+        self._then.after_trial(study, trial, state, values)
+
+
+class SlowerThanBestPruner(BasePruner):
+    """Prunes a trial once `min_steps` timings are in and their running median (the last reported
+    value) is over `ratio` times the best complete trial's value."""
+
+    def __init__(self, ratio: float = 1.5, min_steps: int = 2):
+        self.ratio = ratio
+        self.min_steps = min_steps
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None or step + 1 < self.min_steps:
+            return False
+        try:
+            best = study.best_value
+        except ValueError:  # nothing complete yet
+            return False
+        return trial.intermediate_values[step] > self.ratio * best
