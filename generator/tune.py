@@ -186,7 +186,7 @@ def counts(study) -> dict[str, int]:
 
 
 def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8,
-                  build_fn=None, log=print) -> None:
+                  build_fn=None, log=print, progress=lambda: None) -> None:
     """Measures candidates until the study holds `trials` measured ones (counting those other workers
     have running); `build_fn(variants)` compiles a batch before it is measured. A batch is asked at
     once (its builds run in parallel) and ends after the last known-good point, so that the
@@ -230,6 +230,7 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
         if build_fn and asked:
             build_fn(sorted({v for _, v in asked}))
         for trial, v in asked:
+            progress()  # (one measured candidate more, whatever becomes of it)
             times: list[float] = []
             try:
                 for i, ms in enumerate(measurer.fused_samples(v, bucket)):
@@ -264,10 +265,10 @@ def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> Bucke
 
 def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
                 storage=None, build_fn=None, incumbent: Variant | None = None, gpu: str = "local",
-                log=print) -> BucketResult:
+                log=print, progress=lambda: None) -> BucketResult:
     """One bucket's study: search it (search_bucket), then settle it (settle_bucket)."""
     study = open_study(bucket, arch, storage, seed, incumbent, gpu)
-    search_bucket(study, bucket, measurer, arch, trials, batch, build_fn, log)
+    search_bucket(study, bucket, measurer, arch, trials, batch, build_fn, log, progress)
     return settle_bucket(study, bucket, measurer, log)
 
 
@@ -291,8 +292,8 @@ def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
 
 
 def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: int, out_dir: Path,
-        time_budget_s: float | None = None, storage: str | None = None, build_fn=None, meta: dict | None = None,
-        log=print) -> list[BucketResult]:
+        time_budget_s: float | None = None, storage=None, build_fn=None, meta: dict | None = None,
+        log=print, progress=lambda: None) -> list[BucketResult]:
     """Tunes each bucket in turn, rewriting the table after each; once the time budget is spent, the
     buckets not yet started are skipped (the first always runs)."""
     path = table_path(gpu, out_dir)
@@ -304,7 +305,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             break
         incumbent = table_choice(bucket, [path, find_table(gpu)])
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent,
-                        gpu=gpu, log=log)
+                        gpu=gpu, log=log, progress=progress)
         results.append(r)
         record(path, gpu, arch, r, meta, log)
     return results
@@ -443,6 +444,11 @@ def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
     return sorted(out, key=lambda v: v.name)
 
 
+def parse_shapes(specs: list[str] | None) -> tuple:
+    """--shape MxN values (none: DEFAULT_SHAPES)."""
+    return tuple(tuple(int(x) for x in spec.split("x")) for spec in specs) if specs else DEFAULT_SHAPES
+
+
 def default_buckets(heads=None, top_k=None, shapes=DEFAULT_SHAPES) -> list[Bucket]:
     return [Bucket(h, k, m, n) for h in (heads or AXES["heads"]) for k in (top_k or AXES["top_k"]) for m, n in shapes]
 
@@ -501,14 +507,19 @@ def main(args) -> int:
     meta = {**gpu_record(torch.cuda.current_device()), **software_record(), "portable_arch": arch.name,
             "command": "python -m generator tune " + " ".join(sys.argv[2:])}
     out_dir = args.out_dir or table_dir()
-    log = lambda s: print(s, flush=True)  # noqa: E731
+    log, progress, bar = (lambda s: print(s, flush=True)), (lambda: None), None
+    if sys.stderr.isatty() and not (args.worker or args.gpus or args.refresh):  # a bar where someone watches
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(default_buckets(args.heads, args.top_k, parse_shapes(args.shape))) * args.trials,
+                   desc="tune", unit="trial", file=sys.stderr)
+        log, progress = bar.write, (lambda: bar.update(1))
     if args.refresh:
         print(f"refreshing {table_path(gpu, out_dir)} on {gpu}", flush=True)
         fresh = refresh(GpuMeasurer(), gpu, arch.name, out_dir, build_fn=lambda vs: build(vs), meta=meta,
                         log=lambda s: print(s, flush=True))
         return 0 if fresh else 1
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shape] if args.shape else DEFAULT_SHAPES
-    buckets = default_buckets(args.heads, args.top_k, shapes)
+    buckets = default_buckets(args.heads, args.top_k, parse_shapes(args.shape))
     path = table_path(gpu, out_dir)
     if args.worker:  # search only: the process that started the workers settles and writes
         storage = storage_for(args.storage)
@@ -534,7 +545,10 @@ def main(args) -> int:
         log(f"tuning {len(buckets)} buckets on {gpu} ({arch.name}), {args.trials} trials each, "
             f"budget {args.time_budget:.0f} min -> {path}")
         results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
-                      storage=storage_for(args.storage), build_fn=lambda vs: build(vs), meta=meta, log=log)
+                      storage=storage_for(args.storage), build_fn=lambda vs: build(vs), meta=meta, log=log,
+                      progress=progress)
+    if bar is not None:
+        bar.close()
     from .report import write_report
 
     log(f"report: {write_report(path, results)}")
