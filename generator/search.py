@@ -62,6 +62,10 @@ class KnownGoodSampler(BaseSampler):
         """The point this sampler proposed for `trial`, or None (the model-based sampler's trial)."""
         return self._proposed.get(trial._trial_id)
 
+    def is_last_known(self, point: Variant | None) -> bool:
+        """Whether `point` is the last of the known-good points (what follows it depends on them)."""
+        return point is not None and point == self._known[-1]
+
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self._then.before_trial(study, trial)
         busy = taken(study, trial.number, self._wait_s)

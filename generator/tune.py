@@ -196,7 +196,7 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
 
     from .search import claim, taken
 
-    sampler = study.sampler
+    sampler = study.sampler  # a KnownGoodSampler (open_study)
     choices = tunable_choices(arch, bucket.heads, bucket.top_k)
     asks_left = 20 * trials  # rejected points are pruned for free, up to a cap
     while asks_left > 0:
@@ -212,7 +212,7 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
                         **{a: trial.suggest_categorical(a, choices[a]) for a in TUNED_AXES})
             trial.set_user_attr("variant", v.name)
             reason = rejection_reason(v)
-            proposed = getattr(sampler, "proposed", lambda t: None)(trial)
+            proposed = sampler.proposed(trial)
             if reason:
                 trial.set_user_attr("rejected", reason)
                 study.tell(trial, state=S.PRUNED)
@@ -224,8 +224,7 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
                     continue
                 claim(study, trial, v.name)
             asked.append((trial, v))
-            known = getattr(sampler, "_known", [])
-            if proposed is not None and known and proposed == known[-1]:
+            if sampler.is_last_known(proposed):
                 break
         if build_fn and asked:
             build_fn(sorted({v for _, v in asked}))
