@@ -123,6 +123,12 @@ def cmd_tune(args) -> int:
     return main(args)
 
 
+def cmd_regret(args) -> int:
+    from .regret import main
+
+    return main(args)
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m generator", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -179,6 +185,13 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="GPU: tune variants per shape bucket with optuna; write <GPU>.json to the user table directory (FUSED_MQA_TOPK_TABLES)")
     add_arguments(p)
     p.set_defaults(fn=cmd_tune)
+
+    from .regret import add_arguments as regret_arguments
+
+    p = sub.add_parser("regret", help="GPU: how far the tuner's default budget lands from the best of a large "
+                                      "sample of the variant space (generator/regret.py)")
+    regret_arguments(p)
+    p.set_defaults(fn=cmd_regret)
     return ap
 
 

@@ -18,6 +18,7 @@ import torch
 from generator.dense_variant import SHORT_ROW_KEYS, DenseVariant, default_dense_variant
 
 from .contract import check_inputs, clamp_ranges
+from .gpu import device_identity
 from .loader import DenseLibrary, aligned16, allocate, launch_on, load, load_or_warn
 from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, shape_pieces, topk_by_pieces
 
@@ -30,7 +31,8 @@ def dense_variant_for(device: torch.device, heads: int, top_k: int, longest_row:
     unknown), or None where they do not run (torch serves instead)."""
     if os.environ.get(DENSE_ENV, "auto") == "torch" or device.type != "cuda":
         return None
-    if torch.cuda.get_device_capability(device) != (9, 0):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if device_identity(index).capability != (9, 0):  # (cached: every call asks)
         return None
     return default_dense_variant(heads, top_k, short_rows=longest_row is not None and longest_row <= SHORT_ROW_KEYS)
 

@@ -351,3 +351,16 @@ def test_the_report_lists_every_bucket(tmp_path):
     text = write_report(table_path("Fake GPU", tmp_path), results).read_text()
     assert "H = 32, top-512" in text and "h32_k512_m4096_n32768" in text and "h32_k512_m16384_n131072" in text
     assert text.count("| fused |") + text.count("| dense |") == 2
+
+
+def test_the_regret_of_the_default_budget_is_measured_against_a_sample_of_the_space():
+    from generator.regret import markdown, regret
+
+    bucket = Bucket(32, 2048, 16384, 524288)
+    m = FakeMeasurer()
+    r = regret(bucket, m, "sm90a", sample=60, repeats=3, trials=12, log=lambda s: None)
+    assert len(m.fused_calls) == len(set(m.fused_calls)) == r.measured  # each variant measured once, then replayed
+    assert r.measured >= 60 and len(r.regrets) == 3 and min(r.regrets) >= 0
+    assert r.best_ms == min(m.time_of(Variant.from_name(n), bucket) for n in set(m.fused_calls)
+                            if (Variant.from_name(n).stages, Variant.from_name(n).warps) != (2, 4))
+    assert "h32_k2048_m16384_n524288" in markdown([r], 12)
