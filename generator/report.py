@@ -8,6 +8,7 @@ top-k, and per bucket tuned in this run optuna's optimisation history and parame
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from runtime.table import load_table, table_meta
@@ -71,6 +72,7 @@ def _plots(table: Path, entries, results) -> dict:
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         made[(heads, top_k)] = [path]
+    import optuna
     from optuna.visualization import matplotlib as optuna_plots
 
     for r in results:
@@ -80,7 +82,9 @@ def _plots(table: Path, entries, results) -> dict:
         for kind, plot in (("history", optuna_plots.plot_optimization_history),
                            ("importances", optuna_plots.plot_param_importances)):
             try:
-                ax = plot(r.study)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    ax = plot(r.study)
             except (ValueError, RuntimeError):  # too few complete trials for importances
                 continue
             path = table.with_name(f"{table.stem}-{r.bucket.name}-{kind}.png")

@@ -364,3 +364,16 @@ def test_the_regret_of_the_default_budget_is_measured_against_a_sample_of_the_sp
     assert r.best_ms == min(m.time_of(Variant.from_name(n), bucket) for n in set(m.fused_calls)
                             if (Variant.from_name(n).stages, Variant.from_name(n).warps) != (2, 4))
     assert "h32_k2048_m16384_n524288" in markdown([r], 12)
+
+
+def test_the_report_draws_its_plots_where_matplotlib_is(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (the 'report' extra): the report is text only")
+    from generator.report import write_report
+    from runtime.table import table_path
+
+    results = run([Bucket(32, 512, 4096, 32768)], FakeMeasurer(), "Fake GPU", "sm90a", trials=10, out_dir=tmp_path,
+                  log=lambda s: None)
+    text = write_report(table_path("Fake GPU", tmp_path), results).read_text()
+    pngs = {p.name for p in tmp_path.glob("*.png")}
+    assert {"Fake_GPU-h32-k512.png", "Fake_GPU-h32_k512_m4096_n32768-history.png"} <= pngs
+    assert all(name in text for name in pngs)
