@@ -46,7 +46,8 @@ def gpu_record(index: int) -> dict:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, f"--id={torch.cuda.get_device_properties(index).pci_bus_id}",
+            # (by UUID: CUDA_VISIBLE_DEVICES renumbers torch's devices, nvidia-smi's stay)
+            out = subprocess.run([smi, f"--id=GPU-{torch.cuda.get_device_properties(index).uuid}",
                                   "--query-gpu=driver_version,power.limit", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=10, check=True).stdout.strip()
             driver, power = (x.strip() for x in out.split(","))
