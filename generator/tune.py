@@ -33,6 +33,7 @@ from typing import Protocol
 from runtime.table import Entry, find_table, load_table, save_table, table_dir, table_path, table_paths
 
 from .arch import arch_for_capability
+from .provenance import code_digest
 from .space import AXES, enumerate_space, neighbors, rejection_reason, starting_points
 from .variant import Variant
 
@@ -128,8 +129,6 @@ class BucketResult:
     def entry(self, verified: str = "") -> Entry | None:
         if self.best is None or self.comparison is None:
             return None
-        from .provenance import code_digest
-
         b, c = self.bucket, self.comparison
         return Entry(b.heads, b.top_k, b.rows, b.keys, self.best.name, round(c.fused_ms, 4), round(c.dense_ms, 4),
                      round(c.fused_spread, 4), round(c.dense_spread, 4), now(), code_digest(), self.trials, verified)
@@ -141,8 +140,6 @@ def now() -> str:
 
 def study_name(arch: str, bucket: Bucket, gpu: str) -> str:
     """A study per GPU identity, kernel code and bucket: a stored study never mixes GPUs or code."""
-    from .provenance import code_digest
-
     return f"{gpu}_{code_digest()}_{arch}_{bucket.name}"
 
 
@@ -315,8 +312,6 @@ VERIFIED = "two-sided verifier (runtime.verify) on 64 random rows and the first 
 
 def record(path: Path, gpu: str, arch: str, result: BucketResult, meta: dict | None, log=print) -> None:
     """Merges a settled bucket into the table at `path`."""
-    from .provenance import code_digest
-
     entry = result.entry(VERIFIED)
     if entry is None:
         return
@@ -351,8 +346,6 @@ def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=Non
         log(f"[{bucket.name}] {e.variant}: fused {e.fused_ms:.3f} -> {new.fused_ms:.3f} ms, dense {e.dense_ms:.3f} -> "
             f"{new.dense_ms:.3f} ms: {e.use} -> {new.use}")
         fresh.append(new)
-    from .provenance import code_digest
-
     save_table(path, gpu, fresh, {"arch": arch, "updated": now(), "code": code_digest(), **(meta or {})})
     return fresh
 
