@@ -153,8 +153,24 @@ def test_explain_on_cpu_tensors():
     from runtime import explain
     from runtime.workloads import make_workload
 
-    d = explain(*make_workload("random", 4, 1000, 32, 512).args())
+    args = make_workload("random", 4, 1000, 32, 512).args()
+    d = explain(*args)
     assert d.path == "dense" and "cpu" in d.why
+    assert "longest row 1000 keys (the chunk's N" in str(d)  # unknown: N assumed, and it says so
+    assert "longest row 700 keys (measured or told)" in str(explain(*args, max_visible_keys=700))
+
+
+def test_the_dense_path_picks_its_top_k_by_the_longest_row(monkeypatch):
+    from runtime import dense
+    from runtime.workloads import make_workload
+
+    asked = []
+    monkeypatch.setattr(dense, "dense_variant_for", lambda device, heads, top_k, longest=None: asked.append(longest))
+    wl = make_workload("random", 4, 1000, 32, 512)
+    dense.dense_mqa_topk(*wl.args(), validate=False)
+    dense.dense_mqa_topk(*wl.args(), validate=False, max_visible_keys=300)
+    dense.dense_mqa_topk(*wl.args())
+    assert asked == [1000, 300, int((wl.ke - wl.ks).max())]
 
 
 def test_an_entry_for_other_kernel_code_is_trusted_only_by_a_margin():
