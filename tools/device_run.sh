@@ -6,6 +6,7 @@
 #   bash tools/device_run.sh bench [bench args...]    # python -m generator bench
 #   bash tools/device_run.sh check [check args...]    # python -m generator check
 #   bash tools/device_run.sh tune [tune args...]      # python -m generator tune
+#   bash tools/device_run.sh regret [regret args...]  # python -m generator regret
 #   bash tools/device_run.sh wheel [check args...]    # as users get it: the wheel in dist/ (pip wheel --no-deps
 #                                                     # -w dist . here; carry dist too), no nvcc anywhere, the
 #                                                     # carried cache as FUSED_MQA_TOPK_PREBUILT, run from /tmp
@@ -21,7 +22,7 @@ what=$1
 shift
 case "$what" in
     tests) python3 -m pytest -q "$@" 2>&1 | tee "$OUT/tests.log" ;;
-    bench | check | tune) python3 -m generator "$what" "$@" 2>&1 | tee "$OUT/$what.log" ;;
+    bench | check | tune | regret) python3 -m generator "$what" "$@" 2>&1 | tee "$OUT/$what.log" ;;
     wheel)
         python3 -m pip install -q --no-deps --no-index --target /tmp/wheel-site dist/*.whl
         repo=$PWD
