@@ -74,7 +74,7 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
         sustain_s: float = 3.0) -> int:
     import torch
 
-    from runtime import dense_mqa_topk, fused_mqa_topk
+    from runtime import dense_mqa_topk, explain, fused_mqa_topk
     from runtime.verify import verify_topk
 
     from .bench import scaled_mm_tflops
@@ -97,7 +97,9 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
                  for path in (fused_mqa_topk, dense_mqa_topk))  # (what was timed)
         bad += not ok
         floor_ms = 2 * shape.heads * 128 * visible_pairs(wl.ks, wl.ke) / (rate * 1e12) * 1e3
-        result = {**asdict(shape), "auto_ms": auto_ms, "dense_ms": dense_ms, "floor_ms": floor_ms,
+        decision = explain(*args, max_visible_keys=longest)  # (what AUTO ran, for reading the times)
+        result = {**asdict(shape), "auto_path": decision.variant.name if decision.variant else "dense",
+                  "auto_ms": auto_ms, "dense_ms": dense_ms, "floor_ms": floor_ms,
                   "auto_floor_share": floor_ms / auto_ms, "verified": ok}
         if shape.key in serving:
             result["serving_ms"] = serving[shape.key]
@@ -118,5 +120,6 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
 def _line(r: dict) -> str:
     vs = f"  vs serving {r['vs_serving']:.2f}x" if "vs_serving" in r else ""
     return (f"{'OK ' if r['verified'] else 'BAD'} q{r['requests']} {r['rows']:>6} x {r['keys']:>7} h{r['heads']} "
-            f"k{r['top_k']}: AUTO {r['auto_ms']:.3f} ms, dense {r['dense_ms']:.3f}, floor share "
+            f"k{r['top_k']}: AUTO {r['auto_ms']:.3f} ms ({'dense' if r.get('auto_path') == 'dense' else 'fused'}), "
+            f"dense {r['dense_ms']:.3f}, floor share "
             f"{r['auto_floor_share']:.2f}{vs}")
