@@ -94,13 +94,13 @@ def _decide(path: str, identity, choice: TableChoice, mtime: int, heads: int, to
     if identity.arch is None:
         return Decision(None, f"{identity.name} has no fp8 tensor cores (needs sm_89+)", identity.key, table)
     entry = nearest(entries, heads, top_k, rows, longest_row)
-    stale = bool(entry and entry.code and entry.code != code_digest())
+    stale = is_stale(entry)
     if stale and str(choice.path) not in _warned_stale:
         _warned_stale.add(str(choice.path))
         warnings.warn(f"{choice.path} holds entries measured for other kernel code ({entry.code}; this code is "
                       f"{code_digest()}): they are trusted only where fused won by {STALE_MARGIN:.2f}x; "
                       f"re-time them with `python -m generator tune --refresh`", RuntimeWarning, stacklevel=2)
-    variant = entry_variant(entry, identity.arch, problem, force_fused=path == "fused", stale=stale)
+    variant = entry_variant(entry, identity.arch, problem, force_fused=path == "fused")
     if path == "fused":
         why = f"{PATH_ENV}=fused: " + ("the nearest bucket's variant" if entry else "no bucket: the untuned default")
     elif entry is None:
@@ -130,17 +130,21 @@ def select_variant(entries: list[Entry], arch: str | None, problem: Problem, for
     cores); None means dense. force_fused takes the variant even where dense won, or the default."""
     if arch is None:
         return None
-    entry = nearest(entries, problem.heads, problem.top_k, problem.rows, problem.longest_row)
-    return entry_variant(entry, arch, problem, force_fused, stale=bool(entry and entry.code and entry.code != code_digest()))
+    return entry_variant(nearest(entries, problem.heads, problem.top_k, problem.rows, problem.longest_row), arch,
+                         problem, force_fused)
 
 
-def entry_variant(entry: Entry | None, arch: str, problem: Problem, force_fused: bool = False,
-                  stale: bool = False) -> Variant | None:
+def is_stale(entry: Entry | None) -> bool:
+    """Whether the entry records that it was measured for other kernel code than this."""
+    return bool(entry and entry.code and entry.code != code_digest())
+
+
+def entry_variant(entry: Entry | None, arch: str, problem: Problem, force_fused: bool = False) -> Variant | None:
     """What the nearest bucket's entry says for a GPU whose builds target `arch` (see select_variant);
     a stale entry (measured for other kernel code) needs fused to have won by STALE_MARGIN."""
     if entry is not None:
         variant = Variant.from_name(entry.variant)
-        won = entry.use == "fused" and (not stale or entry.dense_ms >= STALE_MARGIN * entry.fused_ms)
+        won = entry.use == "fused" and (not is_stale(entry) or entry.dense_ms >= STALE_MARGIN * entry.fused_ms)
         if variant.arch == arch and (won or force_fused):
             return variant
     return default_variant(problem.heads, problem.top_k, arch) if force_fused else None

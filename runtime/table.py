@@ -86,9 +86,9 @@ def table_for(identity: GpuIdentity) -> TableChoice:
     """The table dispatch reads for this GPU: its own; else the table of the same arch tuned on the
     GPU nearest in SM count, where the tuner recorded that its variants are valid on every GPU of that
     arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
-    Every call of the op asks, so the answer is kept until a table directory changes (two stats of
-    paths made once per environment: no pathlib on the call path)."""
-    user, shipped = _directories(os.environ.get(TABLE_DIR_ENV), os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
+    The answer is kept until a table directory changes (two stats of paths made once per
+    environment); the op's calls ask current_table, which looks at the files less often."""
+    user, shipped = _table_dirs()
     return _table_for(identity, user, mtime_ns(user), mtime_ns(shipped))
 
 
@@ -101,15 +101,20 @@ def current_table(identity: GpuIdentity) -> tuple[TableChoice, int]:
     the files are looked at again at most every RECHECK_S seconds (three stats a call were a tenth of
     a one-row call's host time), so a table written by a tuner is noticed within that. A change of
     FUSED_MQA_TOPK_TABLES, XDG_DATA_HOME or HOME is noticed at once."""
-    user, shipped = _directories(os.environ.get(TABLE_DIR_ENV), os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
+    user, _ = _table_dirs()
     now = time.monotonic()
     seen = _recent.get((identity, user))
     if seen is not None and now - seen[0] < RECHECK_S:
         return seen[1]
-    choice = _table_for(identity, user, mtime_ns(user), mtime_ns(shipped))
+    choice = table_for(identity)
     state = (choice, mtime_ns(str(choice.path)) if choice.path else 0)
     _recent[(identity, user)] = (now, state)
     return state
+
+
+def _table_dirs() -> tuple[str, str]:
+    """(the user's table directory, the shipped one), as paths made once per environment."""
+    return _directories(os.environ.get(TABLE_DIR_ENV), os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
 
 
 @lru_cache(maxsize=8)
@@ -170,11 +175,8 @@ def load_table(path: Path | None) -> list[Entry] | None:
 
 def table_meta(path: Path) -> dict:
     """A table file's fields other than its entries ({} where there is no file)."""
-    try:
-        mtime = path.stat().st_mtime_ns
-    except FileNotFoundError:
-        return {}
-    return _read(str(path), mtime)[0]
+    mtime = mtime_ns(str(path))
+    return {} if mtime < 0 else _read(str(path), mtime)[0]
 
 
 @lru_cache(maxsize=16)
