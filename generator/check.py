@@ -47,6 +47,12 @@ def run_poisoned(variant: Variant, wl, stats: dict | None = None) -> torch.Tenso
     return out
 
 
+def sampled_rows(rows: int, count: int, seed: int) -> list[int]:
+    """`count` random rows (seeded) and the first and last: what a sampled verification checks."""
+    g = torch.Generator().manual_seed(seed)
+    return sorted(set(torch.randint(0, rows, (count,), generator=g).tolist()) | {0, rows - 1})
+
+
 def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: int, sample_rows: int | None = None,
                    tail_rows: bool = False) -> Check:
     """Runs the variant on a fresh workload over a poisoned output and verifies every row (or
@@ -57,8 +63,7 @@ def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: in
     out = run_poisoned(variant, wl, stats)
     rows_to_check = None
     if sample_rows is not None and sample_rows < rows:
-        g = torch.Generator().manual_seed(seed)
-        rows_to_check = set(torch.randint(0, rows, (sample_rows,), generator=g).tolist()) | {0, rows - 1}
+        rows_to_check = set(sampled_rows(rows, sample_rows, seed))
         if tail_rows:  # blocks are claimed heaviest first: a causal chunk's tail is its first rows
             rows_to_check |= set(range(0, min(rows, 4 * variant.rows)))
         rows_to_check = sorted(rows_to_check)

@@ -376,24 +376,19 @@ class GpuMeasurer:
         return lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, bucket.keys)
 
     def _verified(self, variant: Variant, bucket: Bucket):
-        """A call of `variant` into a poisoned output, once verified on sampled rows."""
-        import torch
-
+        """A call of `variant` into its output, once its run over a poisoned output verified on
+        sampled rows."""
         from runtime.fused import launch_variant
         from runtime.verify import verify_topk
 
-        from .check import POISON
+        from .check import run_poisoned, sampled_rows
 
         wl = self.workload(bucket)
-        args = (variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k)
-        out = torch.full((wl.rows, wl.top_k), POISON, dtype=torch.int32, device="cuda")
-        launch_variant(*args, out=out)
-        g = torch.Generator().manual_seed(self.seed)
-        rows = set(torch.randint(0, wl.rows, (self.verify_rows,), generator=g).tolist()) | {0, wl.rows - 1}
-        report = verify_topk(out, *wl.args(), rows=sorted(rows))
+        out = run_poisoned(variant, wl)
+        report = verify_topk(out, *wl.args(), rows=sampled_rows(wl.rows, self.verify_rows, self.seed))
         if not report.ok:
             raise VerificationError(report.summary())
-        return lambda: launch_variant(*args, out=out)
+        return lambda: launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, out=out)
 
     def fused_samples(self, variant: Variant, bucket: Bucket, reps: int = 7) -> Iterator[float]:
         from .timing import event_ms
@@ -513,12 +508,14 @@ def main(args) -> int:
         return 0 if fresh else 1
     buckets = default_buckets(args.heads, args.top_k, parse_shapes(args.shape))
     path = table_path(gpu, out_dir)
+    def study_of(bucket, storage):  # the bucket's study, the table's current choice its incumbent
+        return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, [path, find_table(gpu)]), gpu=gpu)
+
     if args.worker:  # search only: the process that started the workers settles and writes
         storage = storage_for(args.storage)
         for bucket in buckets:
-            incumbent = table_choice(bucket, [path, find_table(gpu)])
-            search_bucket(open_study(bucket, arch.name, storage, incumbent=incumbent, gpu=gpu), bucket, GpuMeasurer(),
-                          arch.name, args.trials, build_fn=lambda vs: build(vs), log=log)
+            search_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), arch.name, args.trials,
+                          build_fn=lambda vs: build(vs), log=log)
         return 0
     if args.gpus:
         url = args.storage or f"{JOURNAL}{out_dir / 'tune-journal.log'}"
@@ -529,9 +526,7 @@ def main(args) -> int:
         storage = storage_for(url)
         results = []
         for bucket in buckets:
-            incumbent = table_choice(bucket, [path, find_table(gpu)])
-            study = open_study(bucket, arch.name, storage, incumbent=incumbent, gpu=gpu)
-            results.append(settle_bucket(study, bucket, GpuMeasurer(), log=log))
+            results.append(settle_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), log=log))
             record(path, gpu, arch.name, results[-1], {**meta, "workers": n, "search_wall_s": round(wall)}, log)
     else:
         log(f"tuning {len(buckets)} buckets on {gpu} ({arch.name}), {args.trials} trials each, "

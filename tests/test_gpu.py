@@ -33,11 +33,6 @@ def run_poisoned(variant, wl):
     return out
 
 
-def sampled_rows(rows, n, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return sorted(set(torch.randint(0, rows, (n,), generator=g).tolist()) | {0, rows - 1})
-
-
 @pytest.mark.parametrize("variant", DEFAULTS + WITH_SELECTORS, ids=lambda v: v.name)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_fused_matches_reference_on_every_family(variant, family):
@@ -50,7 +45,7 @@ def test_fused_matches_reference_on_every_family(variant, family):
 def test_fused_on_a_full_chunk_at_a_million_keys(variant):
     wl = make_workload("random", 16384, 1 << 20, variant.heads, variant.top_k, seed=5, device="cuda")
     out = run_poisoned(variant, wl)
-    report = verify_topk(out, *wl.args(), rows=sampled_rows(wl.rows, 24))
+    report = verify_topk(out, *wl.args(), rows=check.sampled_rows(wl.rows, 24, seed=0))
     assert report.ok, report.summary()
 
 
@@ -58,7 +53,7 @@ def test_fused_on_a_full_chunk_at_a_million_keys(variant):
                          ids=lambda v: v.name)
 def test_fused_on_a_multi_request_chunk(variant):
     wl = make_workload("multi_request", 4096, 300_000, variant.heads, variant.top_k, seed=8, device="cuda")
-    report = verify_topk(run_poisoned(variant, wl), *wl.args(), rows=sampled_rows(wl.rows, 64))
+    report = verify_topk(run_poisoned(variant, wl), *wl.args(), rows=check.sampled_rows(wl.rows, 64, seed=0))
     assert report.ok, report.summary()
 
 
