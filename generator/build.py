@@ -163,7 +163,8 @@ def _record(root: Path, plans: list[BuildPlan], nvcc: str) -> None:
     os.replace(tmp, root / MANIFEST)
 
 
-def _nvcc_or_none() -> str | None:
+def nvcc_version_or_none() -> str | None:
+    """nvcc's version line, or None where there is no working nvcc."""
     try:
         return nvcc_version()
     except (BuildError, OSError, subprocess.CalledProcessError):
@@ -191,7 +192,7 @@ def _built(p: BuildPlan, root: Path, manifest: dict, nvcc: str | None, prebuilt:
 def find_built(v: KernelSpec) -> BuildPlan | None:
     """The variant's usable library (cache or prebuilt directory) without building, or None."""
     root = cache_dir()
-    return _built(plan(v, root), root, read_manifest(root), _nvcc_or_none(), prebuilt_dir())
+    return _built(plan(v, root), root, read_manifest(root), nvcc_version_or_none(), prebuilt_dir())
 
 
 def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False,
@@ -201,7 +202,7 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
     bar, or a line a library where stderr is not a terminal; verbose passes nvcc's output through.
     Without nvcc, a variant with no library in the cache or the prebuilt directory is a BuildError."""
     root = root or cache_dir()
-    nvcc = _nvcc_or_none()
+    nvcc = nvcc_version_or_none()
     manifest = read_manifest(root)
     prebuilt = prebuilt_dir()
     plans = [plan(v, root) for v in variants]

@@ -61,11 +61,10 @@ def software_record() -> dict:
     """torch, its CUDA, and nvcc where there is one."""
     import torch
 
-    from .build import BuildError, nvcc_version
+    from .build import nvcc_version_or_none
 
     record = {"torch": torch.__version__, "cuda": torch.version.cuda}
-    try:
-        record["nvcc"] = nvcc_version()
-    except (BuildError, OSError, subprocess.SubprocessError):
-        pass
+    nvcc = nvcc_version_or_none()
+    if nvcc:
+        record["nvcc"] = nvcc
     return record
