@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runtime.dense import dense_mqa_topk
+from runtime.dense import dense_mqa_topk, run_dense
 from runtime.fused import launch_variant
 from runtime.verify import verify_topk
 from runtime.workloads import FAMILIES, make_workload
@@ -77,14 +77,23 @@ def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: in
 
 
 def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed: int,
-                 variant: DenseVariant | None = None) -> Check:
-    """The dense path (our kernels: `variant`, or the default) in pieces of 8 MiB of logits, so that a
-    check covers several pieces. (It allocates its own output: not poisoned, unlike the fused runs.)"""
+                 variant: DenseVariant | None = None, told_longest_row: int | None = None) -> Check:
+    """The dense path (our kernels: `variant`, or the default) over a poisoned output, in pieces of
+    8 MiB of logits so that a check covers several pieces. Its top-k kernel follows the longest row:
+    the one measured, or `told_longest_row` as a caller would tell it (the short-row kernel where that
+    is at most the variant's short_row_keys; a row longer than told takes that kernel's exact route
+    over memory)."""
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed, device="cuda")
-    out = dense_mqa_topk(*wl.args(), logits_budget_bytes=8 << 20, variant=variant)
+    out = torch.full((rows, top_k), POISON, dtype=torch.int32, device="cuda")
+    longest = told_longest_row if told_longest_row is not None else int((wl.ke - wl.ks).clamp(min=0).max())
+    run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k, longest, 8 << 20, variant, out)
+    torch.cuda.synchronize()
+    poisoned = int((out == POISON).sum())
     report = verify_topk(out, *wl.args())
     name = variant.name if variant else f"dense h{heads} k{top_k}"
-    return Check(f"{name} {family} M={rows} N={keys}", report.ok, report.summary())
+    told = f" told {told_longest_row}" if told_longest_row is not None else ""
+    return Check(f"{name} {family} M={rows} N={keys}{told}", report.ok and not poisoned,
+                 report.summary() + (f"; {poisoned} unwritten" if poisoned else ""))
 
 
 def split_tail_rows(variant: Variant, tail_blocks: int = 3) -> int:
@@ -108,9 +117,13 @@ def check_shipped(record, families, rows: int, keys: int) -> None:
                 c = verify_variant(v, fam, split_tail_rows(v), 140_000, seed=7, sample_rows=48, tail_rows=True)
                 split = fam != "random" or c.stats.get("split_blocks") == 3  # random rows: the tail is split
                 record(Check(c.what + " (split tail)", c.ok and split, c.detail))
-    for d in shipped_dense_variants():
+    for d in shipped_dense_variants():  # each top-k kernel: by the measured longest row, then the short-row one
         for i, fam in enumerate(families):
             record(verify_dense(d.heads, d.top_k, fam, rows, keys, seed=500 + i, variant=d))
+            short = min(keys, d.short_row_keys)
+            record(verify_dense(d.heads, d.top_k, fam, rows, short, seed=600 + i, variant=d, told_longest_row=short))
+        # rows longer than the caller said: the short-row kernel's exact route over memory
+        record(verify_dense(d.heads, d.top_k, "random", rows, keys, seed=700, variant=d, told_longest_row=min(keys, d.short_row_keys)))
 
 
 def time_pair(variant: Variant, rows: int, keys: int, seed: int = 0) -> dict:

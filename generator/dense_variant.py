@@ -1,14 +1,17 @@
 """A dense-path variant: the Hopper logits kernel + the top-k-over-logits kernel, as one library.
 
-Name: mqa_dense_sm90a_h32_k2048_r4_g4x1_q2_s4_t512_b8192 = arch, heads, top_k, rows per block,
-math warpgroups x key slices per warpgroup (64 keys each), Q stages, K stages, top-k threads, top-k
-candidate buffer. With two or more slices a warpgroup keeps one slice's products in flight while it
-reduces another's (software pipelining across the tensor cores and the epilogue).
+Name: mqa_dense_sm90a_h32_k2048_r4_g4x1_q2_s4_t512_b8192_rc32 = arch, heads, top_k, rows per
+block, math warpgroups x key slices per warpgroup (64 keys each), Q stages, K stages, top-k threads,
+top-k candidate buffer, and the logits each thread of the short-row top-k holds in registers (it
+serves chunks whose rows see at most 256 times that, in the smaller CTA, 128 or 256 threads, that
+holds their longest row). With two or more slices a warpgroup keeps one slice's products in flight
+while it reduces another's (software pipelining across the tensor cores and the epilogue).
 """
 
 from __future__ import annotations
 
 import re
+from functools import cached_property, lru_cache
 from dataclasses import asdict, dataclass
 
 from .arch import ARCHS, wgmma_math_registers
@@ -30,18 +33,24 @@ class DenseVariant:
     kv_stages: int
     topk_threads: int
     topk_buffer: int
+    reg_cached: int  # logits each thread of the short-row top-k holds: rows of up to 256 x reg_cached keys
 
     template = "dense_mqa_topk_sm90.cu.j2"
-    kernels = ("dense_logits_kernel", "dense_topk_kernel")  # the __global__ functions a build holds
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """The __global__ functions a build holds (the short-row top-k once per CTA size: as its
+        mangled names read in ptxas's report)."""
+        return ("dense_logits_kernel", "dense_topk_kernel", *(f"dense_short_topk_kernelILi{t}E" for t in SHORT_TOPK_THREADS))
     _PATTERN = re.compile(
         r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)x(?P<slices>\d+)"
-        r"_q(?P<q_stages>\d+)_s(?P<kv_stages>\d+)_t(?P<topk_threads>\d+)_b(?P<topk_buffer>\d+)$"
+        r"_q(?P<q_stages>\d+)_s(?P<kv_stages>\d+)_t(?P<topk_threads>\d+)_b(?P<topk_buffer>\d+)"
+        r"_rc(?P<reg_cached>\d+)$"
     )
 
-    @property
+    @cached_property  # (asked on every call of the op: the library is found by it)
     def name(self) -> str:
         return (f"mqa_dense_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}_g{self.math_wgs}x{self.slices}_q{self.q_stages}"
-                f"_s{self.kv_stages}_t{self.topk_threads}_b{self.topk_buffer}")
+                f"_s{self.kv_stages}_t{self.topk_threads}_b{self.topk_buffer}_rc{self.reg_cached}")
 
     @classmethod
     def from_name(cls, name: str) -> DenseVariant:
@@ -71,6 +80,11 @@ class DenseVariant:
     def topk_smem_bytes(self) -> int:
         return RADIX_SCRATCH_BYTES + COARSE_BINS * 4 + 4 * 4 + self.topk_buffer * 8
 
+    @property
+    def short_row_keys(self) -> int:
+        """The longest row the short-row top-k kernel holds in registers (in its largest CTA)."""
+        return SHORT_TOPK_THREADS[-1] * self.reg_cached
+
 
 def dense_rejection_reason(v: DenseVariant) -> str | None:
     if v.arch != "sm90a":
@@ -94,13 +108,20 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
         return f"top-k threads {v.topk_threads} must be a multiple of 32 dividing {COARSE_BINS}, at most 1024"
     if v.topk_buffer % v.topk_threads:
         return f"top-k buffer {v.topk_buffer} is not a multiple of the {v.topk_threads} threads that select over it"
+    if v.reg_cached not in (16, 32):
+        return f"the short-row top-k holds 16 or 32 logits a thread (64 registers), not {v.reg_cached}"
     return None
 
+
+# The short-row top-k's CTAs (the template's kShortThreads): the smallest that holds a chunk's
+# longest row serves it.
+SHORT_TOPK_THREADS = (128, 256)
 
 # Rows that see at most this many keys take the top-k configuration for short rows (below).
 SHORT_ROW_KEYS = 32_768
 
 
+@lru_cache(maxsize=None)  # (asked on every call of the dense path)
 def default_dense_variant(heads: int, top_k: int, arch: str = "sm90a", short_rows: bool = False) -> DenseVariant:
     """The dense variant for (heads, top_k); short_rows: for chunks whose rows see at most
     SHORT_ROW_KEYS keys. The two differ in their top-k kernel only."""
@@ -112,4 +133,4 @@ def default_dense_variant(heads: int, top_k: int, arch: str = "sm90a", short_row
     # log, "2026-12-01: the chunks a server sends").
     threads, buffer = (256, 4096) if short_rows else (512, 8192)
     return DenseVariant(arch=arch, heads=heads, top_k=top_k, rows=128 // heads, math_wgs=2, slices=2, q_stages=2, kv_stages=4,
-                        topk_threads=threads, topk_buffer=buffer)
+                        topk_threads=threads, topk_buffer=buffer, reg_cached=32)

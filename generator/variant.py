@@ -7,6 +7,7 @@ name in a tuned-config table, a cache directory or a log line is the whole descr
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from dataclasses import asdict, dataclass, fields, replace
 
 from .arch import SELECTOR_REGISTERS, wgmma_math_registers
@@ -49,7 +50,7 @@ class Variant:
         r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_m(?P<sample_tiles>[1-9]\d*))?(?:_sw(?P<select_warps>[1-9]\d*))?$"
     )
 
-    @property
+    @cached_property  # (asked on every call of the op: the library is found by it)
     def name(self) -> str:
         gate = f"_m{self.sample_tiles}" if self.gated else ""
         gate += f"_sw{self.select_warps}" if self.select_warps else ""

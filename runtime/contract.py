@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -12,9 +12,9 @@ SUPPORTED_TOP_K = (512, 1024, 2048)
 MAX_KEYS = 2**31 - 1  # indices are int32
 
 
-@dataclass(frozen=True)
-class Problem:
-    """The shape of one call: what dispatch and bucketing look at."""
+class Problem(NamedTuple):
+    """The shape of one call: what dispatch and bucketing look at. (A named tuple: one is made on
+    every call of the op, a frozen dataclass costs several times as much.)"""
 
     rows: int
     keys: int
@@ -53,6 +53,52 @@ def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_val
     caller knows it (as flash-attn's max_seqlen_k), stands in for the measurement: it only steers
     dispatch, every path being exact for any ranges.
     """
+    shape = _well_formed(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k)
+    if shape is None:  # something is wrong: find it and say which argument
+        shape = _check_forms(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k)
+    rows, heads, keys = shape
+    k_fp8, k_scale = kv
+    ks, ke = cu_seqlen_ks, cu_seqlen_ke
+    if max_visible_keys is not None:
+        if isinstance(max_visible_keys, bool) or not isinstance(max_visible_keys, int):
+            raise TypeError(f"max_visible_keys: expected an int, got {type(max_visible_keys).__name__}")
+        if not 0 <= max_visible_keys <= keys:
+            raise ValueError(f"max_visible_keys: {max_visible_keys} is outside [0, {keys}] (N = {keys} keys)")
+    visible = max_visible_keys
+    if check_values and rows > 0 and not _capturing(q.device):
+        visible = _check_values(q, k_fp8, ks, ke, keys, k_scale, weights, top_k)
+    return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=q.device, visible_keys=visible)
+
+
+_FP8, _F32, _I32 = torch.float8_e4m3fn, torch.float32, torch.int32
+
+
+def _well_formed(q, kv, weights, ks, ke, top_k) -> tuple[int, int, int] | None:
+    """(rows, heads, keys) where every argument has its contract's type, dtype, shape, layout and
+    device, else None (then _check_forms names what is wrong): the rules of _check_forms in as few
+    attribute reads as they allow, for every call of the op."""
+    try:
+        k_fp8, k_scale = kv
+        rows, heads, dim = q.shape
+        keys, k_dim = k_fp8.shape
+        device = q.device
+        if not (q.dtype is _FP8 and k_fp8.dtype is _FP8 and k_scale.dtype is _F32 and weights.dtype is _F32
+                and ks.dtype is _I32 and ke.dtype is _I32 and dim == DIM and k_dim == DIM and heads in SUPPORTED_HEADS
+                and keys <= MAX_KEYS and k_scale.shape == (keys,) and weights.shape == (rows, heads)
+                and ks.shape == (rows,) and ke.shape == (rows,) and type(top_k) is int and top_k in SUPPORTED_TOP_K
+                and isinstance(kv, (tuple, list)) and q.is_contiguous() and k_fp8.is_contiguous()
+                and k_scale.is_contiguous() and weights.is_contiguous() and ks.is_contiguous() and ke.is_contiguous()
+                and k_fp8.device == device and k_scale.device == device and weights.device == device
+                and ks.device == device and ke.device == device):
+            return None
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return rows, heads, keys
+
+
+def _check_forms(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k) -> tuple[int, int, int]:
+    """Raises TypeError/ValueError naming the first argument that breaks the contract's forms (type,
+    dtype, shape, layout, device); returns (rows, heads, keys) where none does."""
     q = _tensor("q", q, torch.float8_e4m3fn, 3)
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise TypeError("kv: expected a (k_fp8, k_scale) pair")
@@ -86,16 +132,7 @@ def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_val
     for name, x in (("k_fp8", k_fp8), ("k_scale", k_scale), ("weights", weights), ("cu_seqlen_ks", ks), ("cu_seqlen_ke", ke)):
         if x.device != q.device:
             raise ValueError(f"{name}: on {x.device}, but q is on {q.device}; all inputs must share one device")
-
-    if max_visible_keys is not None:
-        if isinstance(max_visible_keys, bool) or not isinstance(max_visible_keys, int):
-            raise TypeError(f"max_visible_keys: expected an int, got {type(max_visible_keys).__name__}")
-        if not 0 <= max_visible_keys <= keys:
-            raise ValueError(f"max_visible_keys: {max_visible_keys} is outside [0, {keys}] (N = {keys} keys)")
-    visible = max_visible_keys
-    if check_values and rows > 0 and not _capturing(q.device):
-        visible = _check_values(q, k_fp8, ks, ke, keys, k_scale, weights, top_k)
-    return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=q.device, visible_keys=visible)
+    return rows, heads, keys
 
 
 def clamp_ranges(ks: torch.Tensor, ke: torch.Tensor, keys: int) -> tuple[torch.Tensor, torch.Tensor]:

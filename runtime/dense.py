@@ -11,16 +11,15 @@ torch._scaled_mm where the GPU has them, else exact fp32, then torch.topk.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from generator.dense_variant import SHORT_ROW_KEYS, DenseVariant, default_dense_variant
 
 from .contract import check_inputs, clamp_ranges
+from .environment import getenv
 from .gpu import device_identity
 from .loader import DenseLibrary, aligned16, allocate, launch_on, load, load_or_warn
-from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, shape_pieces, topk_by_pieces
+from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, rows_per_piece, topk_by_pieces
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
 DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they run; "torch": always torch
@@ -29,7 +28,7 @@ DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they r
 def dense_variant_for(device: torch.device, heads: int, top_k: int, longest_row: int | None = None) -> DenseVariant | None:
     """The dense kernels for this device and chunk (rows that see at most `longest_row` keys; None:
     unknown), or None where they do not run (torch serves instead)."""
-    if os.environ.get(DENSE_ENV, "auto") == "torch" or device.type != "cuda":
+    if getenv(DENSE_ENV, "auto") == "torch" or device.type != "cuda":
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
     if device_identity(index).capability != (9, 0):  # (cached: every call asks)
@@ -51,37 +50,42 @@ def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
 
 
 def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, longest_row: int | None = None,
-              budget: int = DEFAULT_LOGITS_BUDGET, variant: DenseVariant | None = None) -> torch.Tensor:
+              budget: int = DEFAULT_LOGITS_BUDGET, variant: DenseVariant | None = None,
+              out: torch.Tensor | None = None) -> torch.Tensor:
     """The dense path on inputs whose shapes were checked, for rows that see at most `longest_row`
     keys (None: unknown). Their ranges need not have been checked: our kernels clamp each row's range
-    on the device, and the torch path clamps them before it plans."""
+    on the device, and the torch path clamps them before it plans. `out`: our kernels write into it
+    (a contiguous int32 [rows, top_k]; the checks poison it first), the torch path copies into it."""
     if variant is not None:
         lib = load(variant)
     else:
         variant = dense_variant_for(q.device, q.shape[1], top_k, longest_row)
         lib = variant and load_or_warn(variant, "the torch dense path")
     if lib is not None:
-        return _dense_kernels(lib, q, k_fp8, k_scale, weights, ks, ke, top_k, budget)
+        return _dense_kernels(lib, q, k_fp8, k_scale, weights, ks, ke, top_k, budget, longest_row, out)
     ks, ke = clamp_ranges(ks, ke, k_fp8.shape[0])  # (its pieces span the ranges: an unchecked one could be huge)
     product = fp8_tensor_core_product if has_fp8_tensor_cores(q.device) else fp32_product
-    return topk_by_pieces(product, q, k_fp8, k_scale, weights, ks, ke, top_k, budget)
+    answer = topk_by_pieces(product, q, k_fp8, k_scale, weights, ks, ke, top_k, budget)
+    return answer if out is None else out.copy_(answer)
 
 
-def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int) -> torch.Tensor:
+def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int,
+                   longest_row: int | None, out: torch.Tensor | None) -> torch.Tensor:
+    """Our dense kernels in one host call (DenseLibrary.run): the pieces of scoring.shape_pieces, each
+    scored, then selected (the library walks them; nothing is read back from the device)."""
     rows, keys = q.shape[0], k_fp8.shape[0]
-    out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
+    if out is None:
+        out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
+    elif tuple(out.shape) != (rows, top_k) or out.dtype != torch.int32 or not out.is_contiguous():
+        raise ValueError(f"out: expected a contiguous int32 [{rows}, {top_k}] tensor")
     if rows == 0:
         return out
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
-    pieces = shape_pieces(rows, keys, budget)  # (no synchronisation: the kernels read each row's range)
-    largest = max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces) or 1
-    logits = allocate(4 * largest, q.device, f"{lib.variant.name}'s logits", torch.float32)
+    piece_rows = min(rows, rows_per_piece(keys, budget))
+    logits = allocate(4 * piece_rows * keys, q.device, f"{lib.variant.name}'s logits", torch.float32)
     context, stream = launch_on(q.device)
-    q_p, k_p, s_p, w_p, ks_p, ke_p = (x.data_ptr() for x in (q, k_fp8, k_scale, weights, ks, ke))
-    logits_p, out_p = logits.data_ptr(), out.data_ptr()
     with context:
-        for r0, r1, lo, hi in pieces:
-            span = hi - lo
-            lib.logits(q_p, k_p, s_p, w_p, ks_p, ke_p, logits_p, span, lo, r0, r1 - r0, rows, keys, stream)
-            lib.topk(logits_p, span, lo, ks_p, ke_p, r0, r1 - r0, keys, out_p, stream)
+        lib.run(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(), ke.data_ptr(),
+                out.data_ptr(), logits.data_ptr(), piece_rows, rows, keys, keys if longest_row is None else longest_row,
+                stream)
     return out

@@ -9,7 +9,7 @@ variant, else the untuned default) wherever one can run.
 
 from __future__ import annotations
 
-import os
+import time
 import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -21,8 +21,9 @@ from generator.space import default_variant
 from generator.variant import Variant
 
 from .contract import Problem
+from .environment import getenv
 from .gpu import device_identity
-from .table import Entry, TableChoice, current_table, load_table, nearest
+from .table import RECHECK_S, Entry, TableChoice, current_table, load_table, nearest, table_directories
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
@@ -73,7 +74,7 @@ def decide(problem: Problem) -> Decision:
 def _decision(problem: Problem) -> Decision:
     """decide()'s answer without its looked_up line: what every call of the op asks, so the answer
     is kept per (table, shape) until the table changes."""
-    path = os.environ.get(PATH_ENV, "auto")
+    path = getenv(PATH_ENV, "auto")
     if path not in PATHS:
         raise ValueError(f"{PATH_ENV}={path!r}: expected one of {PATHS}")
     if path == "dense":
@@ -120,9 +121,24 @@ def _decide(path: str, identity, choice: TableChoice, mtime: int, heads: int, to
     return Decision(variant, why, identity.key, table, entry)
 
 
+_chosen: dict = {}
+
+
 def choose_variant(problem: Problem) -> Variant | None:
-    """The fused variant to run for this problem, or None for the dense path."""
-    return _decision(problem).variant
+    """The fused variant to run for this problem, or None for the dense path. Every call of the op
+    asks, so the answer is kept per shape for RECHECK_S (as the table files are), while the path
+    variable and the table directory stay as they were."""
+    key = (problem.device, problem.heads, problem.top_k, problem.rows, problem.longest_row)
+    state = (getenv(PATH_ENV, "auto"), table_directories())
+    now = time.monotonic()
+    kept = _chosen.get(key)
+    if kept is not None and kept[1] == state and now - kept[0] < RECHECK_S:
+        return kept[2]
+    variant = _decision(problem).variant
+    if len(_chosen) >= 4096:  # (a server's many shapes: keep the dict small)
+        _chosen.clear()
+    _chosen[key] = (now, state, variant)
+    return variant
 
 
 def select_variant(entries: list[Entry], arch: str | None, problem: Problem, force_fused: bool = False) -> Variant | None:

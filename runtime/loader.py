@@ -99,13 +99,26 @@ class DenseLibrary(_Library):
     def __init__(self, variant: DenseVariant, path: str):
         super().__init__(variant, path, "mqa_dense")
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        self._lib.mqa_dense_run.argtypes = [p] * 8 + [i, i, i, i, p]
         self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, i, p]
-        self._lib.mqa_dense_topk_launch.argtypes = [p, ll, i, p, p, i, i, i, p, p]
+        self._lib.mqa_dense_topk_launch.argtypes = [p, ll, i, p, p, i, i, i, p, i, p]
         self._lib.mqa_dense_check_inputs.argtypes = [p, p, p, p, p, p, i, i, i, p, p, p]
-        self._int_functions("mqa_dense_logits_launch", "mqa_dense_topk_launch", "mqa_dense_logits_smem_bytes",
-                            "mqa_dense_topk_smem_bytes", "mqa_dense_check_inputs")
+        self._int_functions("mqa_dense_run", "mqa_dense_logits_launch", "mqa_dense_topk_launch",
+                            "mqa_dense_logits_smem_bytes", "mqa_dense_topk_smem_bytes", "mqa_dense_short_row_keys",
+                            "mqa_dense_check_inputs")
+        self._run = self._lib.mqa_dense_run
         self._check_result = (ctypes.c_int * 2)()
         self._check_lock = threading.Lock()  # (one host buffer per library)
+
+    def run(self, q, k, k_scale, weights, ks, ke, out, logits, piece_rows: int, rows: int, keys: int,
+            longest_row: int, stream: int) -> None:
+        """The whole dense path in one call: rows [0, rows) in pieces of piece_rows rows, each piece's
+        logits (piece_rows x keys floats at `logits`) scored, then selected; the short-row top-k
+        serves where longest_row (the most keys a row sees, as known) is at most short_row_keys, in
+        the smallest of its CTAs that holds such a row."""
+        err = self._run(q, k, k_scale, weights, ks, ke, out, logits, piece_rows, rows, keys, longest_row, stream)
+        if err:
+            self._check(err, "dense run")
 
     def logits(self, q, k, k_scale, weights, ks, ke, logits, stride: int, key_origin: int, row_begin: int,
                piece_rows: int, rows: int, keys: int, stream: int) -> None:
@@ -113,9 +126,11 @@ class DenseLibrary(_Library):
                                                       row_begin, piece_rows, rows, keys, stream), "logits launch")
 
     def topk(self, logits, stride: int, key_origin: int, ks, ke, row_begin: int, piece_rows: int, keys: int, out,
-             stream: int) -> None:
+             stream: int, longest_row: int = 2**31 - 1) -> None:
+        """One piece's top-k, by the kernel for rows of at most longest_row keys (the short-row one
+        where it is at most short_row_keys; by default the histogram one)."""
         self._check(self._lib.mqa_dense_topk_launch(logits, stride, key_origin, ks, ke, row_begin, piece_rows, keys,
-                                                    out, stream), "top-k launch")
+                                                    out, longest_row, stream), "top-k launch")
 
     def check_inputs(self, q, k, k_scale, weights, ks, ke, rows: int, heads: int, keys: int, device_result,
                      stream: int) -> tuple[int, int]:
@@ -133,6 +148,11 @@ class DenseLibrary(_Library):
     @property
     def topk_smem_bytes(self) -> int:
         return self._lib.mqa_dense_topk_smem_bytes()
+
+    @property
+    def short_row_keys(self) -> int:
+        """The longest row the short-row top-k kernel holds in registers (in its largest CTA)."""
+        return self._lib.mqa_dense_short_row_keys()
 
 
 def allocate(nbytes: int, device, what: str, dtype=torch.uint8):

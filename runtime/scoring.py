@@ -92,14 +92,20 @@ def row_pieces(ks, ke, budget_bytes: int):
         start = end
 
 
+def rows_per_piece(keys: int, budget_bytes: int) -> int:
+    """As many rows as whole key ranges of `keys` keys fit the budget (at least one)."""
+    return max(1, budget_bytes // (4 * keys)) if keys else 1 << 30
+
+
 def shape_pieces(rows: int, keys: int, budget_bytes: int) -> list[tuple[int, int, int, int]]:
     """Pieces (first_row, end_row, 0, keys) planned from the shapes alone, with nothing read back from
-    the device: as many rows a piece as whole key ranges fit the budget. Kernels that take each row's
-    own range from ks/ke on the device compute and select only what a row sees, so this costs them only
-    the pieces' count where rows see less than N keys (packed requests), never extra work."""
+    the device: rows_per_piece rows a piece. Kernels that take each row's own range from ks/ke on the
+    device compute and select only what a row sees, so this costs them only the pieces' count where
+    rows see less than N keys (packed requests), never extra work. (Our dense kernels plan the same
+    pieces in their library: runtime.dense.)"""
     if keys == 0:
         return [(0, rows, 0, 0)] if rows else []
-    per = max(1, budget_bytes // (4 * keys))
+    per = rows_per_piece(keys, budget_bytes)
     return [(r0, min(rows, r0 + per), 0, keys) for r0 in range(0, rows, per)]
 
 

@@ -20,6 +20,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from .environment import snapshot
 from .gpu import GpuIdentity
 
 TABLE_DIR_ENV = "FUSED_MQA_TOPK_TABLES"
@@ -88,7 +89,7 @@ def table_for(identity: GpuIdentity) -> TableChoice:
     arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
     The answer is kept until a table directory changes (two stats of paths made once per
     environment); the op's calls ask current_table, which looks at the files less often."""
-    user, shipped = _table_dirs()
+    user, shipped = table_directories()
     return _table_for(identity, user, mtime_ns(user), mtime_ns(shipped))
 
 
@@ -101,7 +102,7 @@ def current_table(identity: GpuIdentity) -> tuple[TableChoice, int]:
     the files are looked at again at most every RECHECK_S seconds (three stats a call were a tenth of
     a one-row call's host time), so a table written by a tuner is noticed within that. A change of
     FUSED_MQA_TOPK_TABLES, XDG_DATA_HOME or HOME is noticed at once."""
-    user, _ = _table_dirs()
+    user, _ = table_directories()
     now = time.monotonic()
     seen = _recent.get((identity, user))
     if seen is not None and now - seen[0] < RECHECK_S:
@@ -112,13 +113,13 @@ def current_table(identity: GpuIdentity) -> tuple[TableChoice, int]:
     return state
 
 
-def _table_dirs() -> tuple[str, str]:
+def table_directories() -> tuple[str, str]:
     """(the user's table directory, the shipped one), as paths made once per environment."""
-    return _directories(os.environ.get(TABLE_DIR_ENV), os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
+    return _directories(snapshot((TABLE_DIR_ENV, "XDG_DATA_HOME", "HOME")))
 
 
 @lru_cache(maxsize=8)
-def _directories(env: str | None, xdg: str | None, home: str | None) -> tuple[str, str]:
+def _directories(environment: tuple) -> tuple[str, str]:
     return str(table_dir()), str(shipped_table_dir())
 
 

@@ -80,6 +80,7 @@ def test_every_shipped_variant_compiles(tmp_cache):
         if p.variant in dense:
             lib = DenseLibrary(p.variant, str(p.library))
             assert (lib.logits_smem_bytes, lib.topk_smem_bytes) == (p.variant.logits_smem_bytes(), p.variant.topk_smem_bytes())
+            assert lib.short_row_keys == p.variant.short_row_keys
             continue
         lib = KernelLibrary(p.variant, str(p.library))
         assert lib.smem_bytes == p.variant.smem_bytes()

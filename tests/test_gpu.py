@@ -64,6 +64,18 @@ def test_dense_path_on_the_gpu():
         assert report.ok, f"{family}: {report.summary()}"
 
 
+@pytest.mark.parametrize("top_k", AXES["top_k"])
+@pytest.mark.parametrize("family", ["random", "multi_request", "all_equal", "boundary_ties", "short_rows", "mostly_zero"])
+def test_the_short_row_top_k_on_the_gpu(family, top_k):
+    """The dense top-k for rows told to be short (a row in registers), over poisoned outputs: rows of at
+    most its capacity (spread scores: the k-th's bin gathered; ties: its exact select over the
+    registers) and rows longer than the caller said (its exact route over memory)."""
+    variant = default_dense_variant(32, top_k, short_rows=True)
+    for keys, told in ((variant.short_row_keys, variant.short_row_keys), (20_000, variant.short_row_keys)):
+        c = check.verify_dense(32, top_k, family, 384, keys, seed=3, variant=variant, told_longest_row=told)
+        assert c.ok, c.line()
+
+
 @pytest.mark.parametrize("path", ["fused", "dense", "auto"])
 def test_public_api_paths_agree_with_the_reference(path, monkeypatch):
     monkeypatch.setenv("FUSED_MQA_TOPK_PATH", path)

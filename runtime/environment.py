@@ -1,0 +1,32 @@
+"""The environment variables the op reads on every call, read at the cost of a dict lookup.
+
+os.environ.get of a name that is not set raises and catches a KeyError inside (about a
+microsecond), and a call reads five names (the path, the dense path, the table directories), most of
+them unset. On POSIX os.environ keeps its bytes in a dict, which os.environ[...] = and del (and so
+pytest's monkeypatch) keep current; these read that dict, so a change is seen at once, as with
+os.environ.get. Elsewhere they read os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+
+_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+if not isinstance(_DATA, dict):
+    _DATA = None
+_ENCODED: dict[str, bytes] = {}
+
+
+def getenv(name: str, default: str | None = None) -> str | None:
+    """os.environ.get(name, default)."""
+    if _DATA is None:
+        return os.environ.get(name, default)
+    value = _DATA.get(_ENCODED.get(name) or _ENCODED.setdefault(name, name.encode()))
+    return default if value is None else os.fsdecode(value)
+
+
+def snapshot(names: tuple[str, ...]) -> tuple:
+    """The variables' values as they are now, undecoded: equal while none of them changes (a cache key)."""
+    if _DATA is None:
+        return tuple(os.environ.get(n) for n in names)
+    return tuple(_DATA.get(_ENCODED.get(n) or _ENCODED.setdefault(n, n.encode())) for n in names)

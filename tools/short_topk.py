@@ -1,0 +1,65 @@
+"""The dense path's two top-k kernels on the same chunks: which serves short rows faster (GPU).
+
+For each chunk (a causal one of ROWS x KEYS, or --requests Q packed requests of KEYS / Q keys) and
+each dense variant, the dense call (logits and top-k, as runtime.dense runs them) timed twice in one
+run: told the chunk's longest row (the short-row top-k, a row in registers, where that is at most
+the variant's short_row_keys) and told nothing (the histogram top-k). Both answers verified on
+sampled rows with the two-sided verifier.
+
+    python3 tools/short_topk.py --shape 8192x8192 --shape 16384x32768 --requests 8 \
+        [--variant mqa_dense_...] [--heads 32] [--top-k 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", action="append", default=[], metavar="ROWSxKEYS")
+    p.add_argument("--requests", type=int, action="append", default=[], help="requests a chunk packs (default 1)")
+    p.add_argument("--variant", action="append", default=[], help="dense variants (default: the shipped one)")
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--top-k", type=int, default=2048)
+    args = p.parse_args()
+
+    import torch
+
+    from generator.dense_variant import DenseVariant, default_dense_variant
+    from generator.sweep import Shape, chunk
+    from generator.timing import median_ms
+    from runtime.dense import run_dense
+    from runtime.verify import verify_topk
+
+    variants = [DenseVariant.from_name(n) for n in args.variant] or [
+        default_dense_variant(args.heads, args.top_k, short_rows=True)]
+    print(f"{torch.cuda.get_device_name()}; ms, median of event-timed calls", flush=True)
+    bad = 0
+    for spec in args.shape or ["8192x8192"]:
+        rows, keys = (int(x) for x in spec.split("x"))
+        for requests in args.requests or [1]:
+            shape = Shape(requests, rows, keys, variants[0].heads, variants[0].top_k)
+            wl = chunk(shape, seed=rows + keys + requests)
+            longest = int((wl.ke - wl.ks).max())
+            line = f"q{requests} {rows:>6} x {keys:>7} (longest row {longest:>6}):"
+            for v in variants:
+                for told, kernel in ((longest, "short"), (2**31 - 1, "histogram")):  # (as told: the longest row)
+                    def call():
+                        return run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, told,
+                                         variant=v)
+                    ms = median_ms(call, warmup=3, reps=15, max_seconds=2.0)
+                    ok = verify_topk(call(), *wl.args(), rows=range(0, rows, max(1, rows // 32))).ok
+                    bad += not ok
+                    name = v.name.split("_t")[-1]
+                    line += f"  {name} {kernel} {ms:.3f}{'' if ok else ' BAD'}"
+            print(line, flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
