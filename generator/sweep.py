@@ -8,10 +8,11 @@ left out. Per shape, in one run: AUTO as a server calls it (`fused_mqa_topk`, va
 our dense path, each the median of event-timed calls; the share of the fp8 floor at `_scaled_mm`'s
 sustained rate measured at the start of the run; both answers verified with the two-sided verifier
 on sampled rows. With --serving FILE (JSON lines {"requests", "rows", "keys", "heads", "top_k", "ms"}:
-the serving engines' dense path on the same shapes), the speed-up over it and the geometric mean.
-docs/serving-dense-h200-2026-12-01.jsonl holds that path's times on an H200 (H = 32, top-2048; DeepGEMM's
-sm90 MQA-logits kernel in 512 MiB pieces, then vLLM's per-row top-k, timed 2026-12-01 by
-triton.testing.do_bench against main at 4dc2441): compare ratios, each side measured in its own run.
+the serving engines' dense path on the same shapes, best timed in the same run by the same method:
+README.md, "Working with the lent GPU machine"), the speed-up over it and the geometric mean.
+docs/serving-h200-2026-12-01-abb3266.jsonl holds that path's times on an H200 (all 168 shapes;
+DeepGEMM's sm90 MQA-logits kernel in vLLM v0.33.0's pieces, then vLLM's per-row top-k), timed in
+the run of docs/sweep-h200-2026-12-01-abb3266.jsonl.
 """
 
 from __future__ import annotations
