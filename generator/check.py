@@ -118,12 +118,12 @@ def check_shipped(record, families, rows: int, keys: int) -> None:
                 split = fam != "random" or c.stats.get("split_blocks") == 3  # random rows: the tail is split
                 record(Check(c.what + " (split tail)", c.ok and split, c.detail))
     for d in shipped_dense_variants():  # each top-k kernel: by the measured longest row, then the short-row one
+        short = min(keys, d.short_row_keys)
         for i, fam in enumerate(families):
             record(verify_dense(d.heads, d.top_k, fam, rows, keys, seed=500 + i, variant=d))
-            short = min(keys, d.short_row_keys)
             record(verify_dense(d.heads, d.top_k, fam, rows, short, seed=600 + i, variant=d, told_longest_row=short))
         # rows longer than the caller said: the short-row kernel's exact route over memory
-        record(verify_dense(d.heads, d.top_k, "random", rows, keys, seed=700, variant=d, told_longest_row=min(keys, d.short_row_keys)))
+        record(verify_dense(d.heads, d.top_k, "random", rows, keys, seed=700, variant=d, told_longest_row=short))
 
 
 def time_pair(variant: Variant, rows: int, keys: int, seed: int = 0) -> dict:

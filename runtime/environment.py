@@ -17,11 +17,15 @@ if not isinstance(_DATA, dict):
 _ENCODED: dict[str, bytes] = {}
 
 
+def _raw(name: str) -> bytes | None:
+    return _DATA.get(_ENCODED.get(name) or _ENCODED.setdefault(name, name.encode()))
+
+
 def getenv(name: str, default: str | None = None) -> str | None:
     """os.environ.get(name, default)."""
     if _DATA is None:
         return os.environ.get(name, default)
-    value = _DATA.get(_ENCODED.get(name) or _ENCODED.setdefault(name, name.encode()))
+    value = _raw(name)
     return default if value is None else os.fsdecode(value)
 
 
@@ -29,4 +33,4 @@ def snapshot(names: tuple[str, ...]) -> tuple:
     """The variables' values as they are now, undecoded: equal while none of them changes (a cache key)."""
     if _DATA is None:
         return tuple(os.environ.get(n) for n in names)
-    return tuple(_DATA.get(_ENCODED.get(n) or _ENCODED.setdefault(n, n.encode())) for n in names)
+    return tuple(_raw(n) for n in names)
