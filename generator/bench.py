@@ -18,7 +18,7 @@ import torch
 from runtime.dense import dense_mqa_topk, dense_variant_for
 from runtime.fused import launch_variant
 from runtime.loader import aligned16 as _aligned, load
-from runtime.scoring import row_pieces, shape_pieces
+from runtime.scoring import logits_window, rows_per_piece
 from runtime.gpu import device_identity
 from runtime.table import load_table, nearest, table_for
 from runtime.verify import verify_topk
@@ -63,14 +63,15 @@ def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=Non
     opened DenseLibrary, e.g. a patched build, instead of the variant's)."""
     lib = lib or load(variant or dense_variant_for(wl.q.device, wl.heads, wl.top_k))
     q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
-    pieces = shape_pieces(wl.rows, wl.keys, budget)  # as the dense path plans them
-    logits = torch.empty(max((r1 - r0) * (hi - lo) for r0, r1, lo, hi in pieces), dtype=torch.float32, device="cuda")
+    window = logits_window(wl.longest_row(), wl.keys)  # as the dense path plans its pieces
+    per = min(wl.rows, rows_per_piece(window, budget))
+    logits = torch.empty(per * window, dtype=torch.float32, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
 
     def run():
-        for r0, r1, lo, hi in pieces:
+        for r0 in range(0, wl.rows, per):
             lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(),
-                       wl.ke.data_ptr(), logits.data_ptr(), hi - lo, lo, r0, r1 - r0, wl.rows, wl.keys, stream)
+                       wl.ke.data_ptr(), logits.data_ptr(), window, r0, min(per, wl.rows - r0), wl.rows, wl.keys, stream)
 
     return median_ms(run, warmup=2, reps=10)
 
@@ -78,14 +79,14 @@ def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=Non
 def topk_alone_ms(wl) -> float:
     """Our top-k kernel over the whole chunk's real logits, materialised once as one piece."""
     lib = load(dense_variant_for(wl.q.device, wl.heads, wl.top_k))
-    (_, _, lo, hi), = row_pieces(wl.ks, wl.ke, 1 << 62)
-    logits = torch.empty(wl.rows * (hi - lo), dtype=torch.float32, device="cuda")
+    window = logits_window(wl.longest_row(), wl.keys)
+    logits = torch.empty(wl.rows * window, dtype=torch.float32, device="cuda")
     q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
     out = torch.empty((wl.rows, wl.top_k), dtype=torch.int32, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(), wl.ke.data_ptr(),
-               logits.data_ptr(), hi - lo, lo, 0, wl.rows, wl.rows, wl.keys, stream)
-    return median_ms(lambda: lib.topk(logits.data_ptr(), hi - lo, lo, wl.ks.data_ptr(), wl.ke.data_ptr(), 0, wl.rows,
+               logits.data_ptr(), window, 0, wl.rows, wl.rows, wl.keys, stream)
+    return median_ms(lambda: lib.topk(logits.data_ptr(), window, wl.ks.data_ptr(), wl.ke.data_ptr(), 0, wl.rows,
                                       wl.keys, out.data_ptr(), stream), warmup=2, reps=10)
 
 
@@ -102,7 +103,8 @@ def topk_versus_torch(rows: int, keys: int, top_k: int, heads: int = 32, variant
     stream = torch.cuda.current_stream().cuda_stream
 
     def ours():
-        lib.topk(logits.data_ptr(), keys, 0, ks.data_ptr(), ke.data_ptr(), 0, rows, keys, out.data_ptr(), stream)
+        lib.topk(logits.data_ptr(), keys, ks.data_ptr(), ke.data_ptr(), 0, rows, keys, out.data_ptr(), stream,
+                 short_rows=False)
 
     ours_ms = median_ms(ours, warmup=2, reps=20)
     torch_ms = median_ms(lambda: torch.topk(logits, top_k, dim=1), warmup=2, reps=20)

@@ -78,7 +78,7 @@ class DenseVariant:
         return tiles + 8 * 2 * (self.q_stages + self.kv_stages) + 1024
 
     def topk_smem_bytes(self) -> int:
-        return RADIX_SCRATCH_BYTES + COARSE_BINS * 4 + 4 * 4 + self.topk_buffer * 8
+        return RADIX_SCRATCH_BYTES + COARSE_BINS * 4 + 5 * 4 + self.topk_buffer * 8
 
     @property
     def short_row_keys(self) -> int:
@@ -114,8 +114,8 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
 
 
 # The short-row top-k's CTAs (the template's kShortThreads): the smallest that holds a chunk's
-# longest row serves it.
-SHORT_TOPK_THREADS = (128, 256)
+# window (its longest row) serves it, where that is more than twice top_k keys.
+SHORT_TOPK_THREADS = (128, 256, 512)
 
 # Rows that see at most this many keys take the top-k configuration for short rows (below).
 SHORT_ROW_KEYS = 32_768

@@ -50,8 +50,10 @@ def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_val
     measures the most keys a row sees (Problem.visible_keys); it is skipped while a CUDA graph is
     being captured (nothing can be read back then). The kernels clamp ranges themselves, so
     unchecked bad values give wrong indices, never a fault or a hang. max_visible_keys, where the
-    caller knows it (as flash-attn's max_seqlen_k), stands in for the measurement: it only steers
-    dispatch, every path being exact for any ranges.
+    caller knows it (as flash-attn's max_seqlen_k), stands in for the measurement: a promise that no
+    row sees more keys. Dispatch and the dense kernels' logits layout follow it; checked values must
+    keep it (ValueError naming it), and unchecked, a row that sees more is answered by our dense
+    kernels from its first max_visible_keys keys.
     """
     shape = _well_formed(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k)
     if shape is None:  # something is wrong: find it and say which argument
@@ -67,6 +69,8 @@ def check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, *, check_val
     visible = max_visible_keys
     if check_values and rows > 0 and not _capturing(q.device):
         visible = _check_values(q, k_fp8, ks, ke, keys, k_scale, weights, top_k)
+        if max_visible_keys is not None and visible > max_visible_keys:
+            raise ValueError(f"max_visible_keys: {max_visible_keys}, but a row sees {visible} keys")
     return Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=q.device, visible_keys=visible)
 
 

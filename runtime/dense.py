@@ -19,7 +19,8 @@ from .contract import check_inputs, clamp_ranges
 from .environment import getenv
 from .gpu import device_identity
 from .loader import DenseLibrary, aligned16, allocate, launch_on, load, load_or_warn
-from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, rows_per_piece, topk_by_pieces
+from .scoring import (fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, logits_window, rows_per_piece,
+                      topk_by_pieces)
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
 DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they run; "torch": always torch
@@ -40,8 +41,8 @@ def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
                    logits_budget_bytes: int = DEFAULT_LOGITS_BUDGET, validate: bool = True,
                    variant: DenseVariant | None = None, max_visible_keys: int | None = None) -> torch.Tensor:
     """The dense path. `variant` forces our dense kernels (an error if they cannot be built); by
-    default they serve where they run and can be built, else torch does (one warning). Their top-k
-    kernel is chosen by the most keys one row sees: measured with validate=True, else
+    default they serve where they run and can be built, else torch does (one warning). Their logits
+    layout and top-k kernel follow the most keys one row sees: measured with validate=True, else
     max_visible_keys, else N (as fused_mqa_topk)."""
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate,
                            max_visible_keys=max_visible_keys)
@@ -53,8 +54,9 @@ def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, longest_row: int |
               budget: int = DEFAULT_LOGITS_BUDGET, variant: DenseVariant | None = None,
               out: torch.Tensor | None = None) -> torch.Tensor:
     """The dense path on inputs whose shapes were checked, for rows that see at most `longest_row`
-    keys (None: unknown). Their ranges need not have been checked: our kernels clamp each row's range
-    on the device, and the torch path clamps them before it plans. `out`: our kernels write into it
+    keys (None: unknown; our kernels answer a row that sees more from its first longest_row keys, the
+    torch path sees every key). Their ranges need not have been checked: our kernels clamp each row's
+    range on the device, and the torch path clamps them before it plans. `out`: our kernels write into it
     (a contiguous int32 [rows, top_k]; the checks poison it first), the torch path copies into it."""
     if variant is not None:
         lib = load(variant)
@@ -71,8 +73,9 @@ def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, longest_row: int |
 
 def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int,
                    longest_row: int | None, out: torch.Tensor | None) -> torch.Tensor:
-    """Our dense kernels in one host call (DenseLibrary.run): the pieces of scoring.shape_pieces, each
-    scored, then selected (the library walks them; nothing is read back from the device)."""
+    """Our dense kernels in one host call (DenseLibrary.run): pieces of as many rows as fit the budget
+    with each row's logits in a window of the longest row's keys (scoring.logits_window), each scored,
+    then selected (the library walks them; nothing is read back from the device)."""
     rows, keys = q.shape[0], k_fp8.shape[0]
     if out is None:
         out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
@@ -81,11 +84,11 @@ def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k:
     if rows == 0:
         return out
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
-    piece_rows = min(rows, rows_per_piece(keys, budget))
-    logits = allocate(4 * piece_rows * keys, q.device, f"{lib.variant.name}'s logits", torch.float32)
+    window = logits_window(longest_row, keys)
+    piece_rows = min(rows, rows_per_piece(window, budget))
+    logits = allocate(4 * piece_rows * window, q.device, f"{lib.variant.name}'s logits", torch.float32)
     context, stream = launch_on(q.device)
     with context:
         lib.run(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(), ke.data_ptr(),
-                out.data_ptr(), logits.data_ptr(), piece_rows, rows, keys, keys if longest_row is None else longest_row,
-                stream)
+                out.data_ptr(), logits.data_ptr(), window, piece_rows, rows, keys, stream)
     return out

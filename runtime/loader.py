@@ -99,9 +99,9 @@ class DenseLibrary(_Library):
     def __init__(self, variant: DenseVariant, path: str):
         super().__init__(variant, path, "mqa_dense")
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-        self._lib.mqa_dense_run.argtypes = [p] * 8 + [i, i, i, i, p]
-        self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, i, p]
-        self._lib.mqa_dense_topk_launch.argtypes = [p, ll, i, p, p, i, i, i, p, i, p]
+        self._lib.mqa_dense_run.argtypes = [p] * 8 + [ll, i, i, i, p]
+        self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, p]
+        self._lib.mqa_dense_topk_launch.argtypes = [p, ll, p, p, i, i, i, p, i, p]
         self._lib.mqa_dense_check_inputs.argtypes = [p, p, p, p, p, p, i, i, i, p, p, p]
         self._int_functions("mqa_dense_run", "mqa_dense_logits_launch", "mqa_dense_topk_launch",
                             "mqa_dense_logits_smem_bytes", "mqa_dense_topk_smem_bytes", "mqa_dense_short_row_keys",
@@ -110,27 +110,28 @@ class DenseLibrary(_Library):
         self._check_result = (ctypes.c_int * 2)()
         self._check_lock = threading.Lock()  # (one host buffer per library)
 
-    def run(self, q, k, k_scale, weights, ks, ke, out, logits, piece_rows: int, rows: int, keys: int,
-            longest_row: int, stream: int) -> None:
-        """The whole dense path in one call: rows [0, rows) in pieces of piece_rows rows, each piece's
-        logits (piece_rows x keys floats at `logits`) scored, then selected; the short-row top-k
-        serves where longest_row (the most keys a row sees, as known) is at most short_row_keys, in
-        the smallest of its CTAs that holds such a row."""
-        err = self._run(q, k, k_scale, weights, ks, ke, out, logits, piece_rows, rows, keys, longest_row, stream)
+    def run(self, q, k, k_scale, weights, ks, ke, out, logits, window: int, piece_rows: int, rows: int, keys: int,
+            stream: int) -> None:
+        """The whole dense path in one call: rows [0, rows) in pieces of piece_rows rows, each row's
+        first `window` keys (a multiple of 4) scored into the piece's logits (piece_rows x window floats
+        at `logits`, key ks[r] + j at column j), then selected; the short-row top-k serves where a
+        window is at most short_row_keys, in the smallest of its CTAs that holds one."""
+        err = self._run(q, k, k_scale, weights, ks, ke, out, logits, window, piece_rows, rows, keys, stream)
         if err:
             self._check(err, "dense run")
 
-    def logits(self, q, k, k_scale, weights, ks, ke, logits, stride: int, key_origin: int, row_begin: int,
-               piece_rows: int, rows: int, keys: int, stream: int) -> None:
-        self._check(self._lib.mqa_dense_logits_launch(q, k, k_scale, weights, ks, ke, logits, stride, key_origin,
-                                                      row_begin, piece_rows, rows, keys, stream), "logits launch")
+    def logits(self, q, k, k_scale, weights, ks, ke, logits, window: int, row_begin: int, piece_rows: int,
+               rows: int, keys: int, stream: int) -> None:
+        """One piece's logits: row r's key ks[r] + j at logits[(r - row_begin) * window + j], j < window."""
+        self._check(self._lib.mqa_dense_logits_launch(q, k, k_scale, weights, ks, ke, logits, window, row_begin,
+                                                      piece_rows, rows, keys, stream), "logits launch")
 
-    def topk(self, logits, stride: int, key_origin: int, ks, ke, row_begin: int, piece_rows: int, keys: int, out,
-             stream: int, longest_row: int = 2**31 - 1) -> None:
-        """One piece's top-k, by the kernel for rows of at most longest_row keys (the short-row one
-        where it is at most short_row_keys; by default the histogram one)."""
-        self._check(self._lib.mqa_dense_topk_launch(logits, stride, key_origin, ks, ke, row_begin, piece_rows, keys,
-                                                    out, longest_row, stream), "top-k launch")
+    def topk(self, logits, window: int, ks, ke, row_begin: int, piece_rows: int, keys: int, out, stream: int,
+             short_rows: bool = True) -> None:
+        """One piece's top-k from logits laid out as logits() writes them: by the short-row kernel
+        where short_rows and a window fits it (as run), else by the histogram one."""
+        self._check(self._lib.mqa_dense_topk_launch(logits, window, ks, ke, row_begin, piece_rows, keys, out,
+                                                    int(short_rows), stream), "top-k launch")
 
     def check_inputs(self, q, k, k_scale, weights, ks, ke, rows: int, heads: int, keys: int, device_result,
                      stream: int) -> tuple[int, int]:

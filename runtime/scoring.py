@@ -97,6 +97,14 @@ def rows_per_piece(keys: int, budget_bytes: int) -> int:
     return max(1, budget_bytes // (4 * keys)) if keys else 1 << 30
 
 
+def logits_window(longest_row: int | None, keys: int) -> int:
+    """The keys a row's logits take in our dense kernels' pieces: the most keys a row sees (measured,
+    or as the caller promises; None: the chunk's N), rounded up to 4 (16-byte rows), at least 4. A row
+    that sees more is answered from its first `window` keys."""
+    seen = keys if longest_row is None else min(max(longest_row, 0), keys)
+    return max(4, -(-seen // 4) * 4)
+
+
 def shape_pieces(rows: int, keys: int, budget_bytes: int) -> list[tuple[int, int, int, int]]:
     """Pieces (first_row, end_row, 0, keys) planned from the shapes alone, with nothing read back from
     the device: rows_per_piece rows a piece. Kernels that take each row's own range from ks/ke on the

@@ -41,6 +41,10 @@ class Workload:
     def heads(self) -> int:
         return self.q.shape[1]
 
+    def longest_row(self) -> int:
+        """The most keys one row sees (its range clamped to [0, N]; reads the ranges back)."""
+        return int((self.ke.clamp(max=self.keys) - self.ks.clamp(min=0)).clamp(min=0).max()) if self.rows else 0
+
     def args(self) -> tuple:
         """Positional arguments of fused_mqa_topk / dense_mqa_topk / reference_mqa_topk."""
         return (self.q, (self.k_fp8, self.k_scale), self.weights, self.ks, self.ke, self.top_k)

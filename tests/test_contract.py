@@ -122,3 +122,7 @@ def test_validation_measures_the_longest_row_and_takes_a_hint(good):
         check_inputs(*args, check_values=False, max_visible_keys=good.keys + 1)
     with pytest.raises(TypeError, match="max_visible_keys"):
         check_inputs(*args, check_values=False, max_visible_keys=2.0)
+    # a promise checked values break is named (unchecked, the dense kernels cut longer rows to it)
+    assert check_inputs(*args, max_visible_keys=longest).visible_keys == longest
+    with pytest.raises(ValueError, match="max_visible_keys: .* a row sees"):
+        check_inputs(*args, max_visible_keys=longest - 1)

@@ -87,11 +87,18 @@ def dense_logits(variant, q, k_fp8, k_scale, weights, ks, ke) -> torch.Tensor:
     that see no more than the variant's top-k keys: those need none)."""
     from runtime.loader import load
 
+    from runtime.scoring import logits_window
+
     lib = load(variant)
     rows, keys = q.shape[0], k_fp8.shape[0]
-    logits = torch.full((rows, keys), float("nan"), device=q.device)
+    window = logits_window(None, keys)
+    raw = torch.full((rows, window), float("nan"), device=q.device)  # row r's key ks[r] + j at column j
     lib.logits(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(), ke.data_ptr(),
-               logits.data_ptr(), keys, 0, 0, rows, rows, keys, torch.cuda.current_stream().cuda_stream)
+               raw.data_ptr(), window, 0, rows, rows, keys, torch.cuda.current_stream().cuda_stream)
+    cols = ks.long().clamp(min=0)[:, None] + torch.arange(window, device=q.device)[None, :]
+    r, j = (cols < ke.long().clamp(max=keys)[:, None]).nonzero(as_tuple=True)
+    logits = torch.full((rows, keys), float("nan"), device=q.device)
+    logits[r, cols[r, j]] = raw[r, j]
     torch.cuda.synchronize()
     return logits
 

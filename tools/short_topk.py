@@ -1,10 +1,10 @@
-"""The dense path's two top-k kernels on the same chunks: which serves short rows faster (GPU).
+"""The dense path's two top-k kernels on the same logits: which serves short rows faster (GPU).
 
 For each chunk (a causal one of ROWS x KEYS, or --requests Q packed requests of KEYS / Q keys) and
-each dense variant, the dense call (logits and top-k, as runtime.dense runs them) timed twice in one
-run: told the chunk's longest row (the short-row top-k, a row in registers, where that is at most
-the variant's short_row_keys) and told nothing (the histogram top-k). Both answers verified on
-sampled rows with the two-sided verifier.
+each dense variant: the chunk's logits made once, in windows of its longest row (as the dense path
+lays them out), then each top-k kernel timed alone over them (the short-row one, a row in registers,
+where the window is at most the variant's short_row_keys, and the histogram one), and the whole
+dense call. Every answer verified on sampled rows with the two-sided verifier.
 
     python3 tools/short_topk.py --shape 8192x8192 --shape 16384x32768 --requests 8 \
         [--variant mqa_dense_...] [--heads 32] [--top-k 2048]
@@ -34,6 +34,8 @@ def main() -> int:
     from generator.sweep import Shape, chunk
     from generator.timing import median_ms
     from runtime.dense import run_dense
+    from runtime.loader import aligned16, load
+    from runtime.scoring import logits_window
     from runtime.verify import verify_topk
 
     variants = [DenseVariant.from_name(n) for n in args.variant] or [
@@ -45,18 +47,32 @@ def main() -> int:
         for requests in args.requests or [1]:
             shape = Shape(requests, rows, keys, variants[0].heads, variants[0].top_k)
             wl = chunk(shape, seed=rows + keys + requests)
-            longest = int((wl.ke - wl.ks).max())
+            longest = wl.longest_row()
+            window = logits_window(longest, keys)
+            q, k, sc = aligned16(wl.q), aligned16(wl.k_fp8), aligned16(wl.k_scale)
+            stream = torch.cuda.current_stream().cuda_stream
             line = f"q{requests} {rows:>6} x {keys:>7} (longest row {longest:>6}):"
             for v in variants:
-                for told, kernel in ((longest, "short"), (2**31 - 1, "histogram")):  # (as told: the longest row)
-                    def call():
-                        return run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, told,
-                                         variant=v)
-                    ms = median_ms(call, warmup=3, reps=15, max_seconds=2.0)
-                    ok = verify_topk(call(), *wl.args(), rows=range(0, rows, max(1, rows // 32))).ok
+                lib = load(v)
+                logits = torch.empty(rows * window, dtype=torch.float32, device="cuda")
+                lib.logits(q.data_ptr(), k.data_ptr(), sc.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(),
+                           wl.ke.data_ptr(), logits.data_ptr(), window, 0, rows, rows, keys, stream)
+                out = torch.empty((rows, wl.top_k), dtype=torch.int32, device="cuda")
+                name = v.name.split("_t")[-1]
+                for kernel, short_rows in (("short", True), ("histogram", False)):
+                    def topk():
+                        lib.topk(logits.data_ptr(), window, wl.ks.data_ptr(), wl.ke.data_ptr(), 0, rows, keys,
+                                 out.data_ptr(), stream, short_rows=short_rows)
+                    ms = median_ms(topk, warmup=3, reps=15, max_seconds=2.0)
+                    out.fill_(-7)
+                    topk()
+                    ok = verify_topk(out, *wl.args(), rows=range(0, rows, max(1, rows // 32))).ok
                     bad += not ok
-                    name = v.name.split("_t")[-1]
-                    line += f"  {name} {kernel} {ms:.3f}{'' if ok else ' BAD'}"
+                    line += f"  {name} {kernel} top-k {ms:.3f}{'' if ok else ' BAD'}"
+                call_ms = median_ms(lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k,
+                                                      longest, variant=v), warmup=3, reps=15, max_seconds=2.0)
+                line += f"  (whole call {call_ms:.3f})"
+                del logits
             print(line, flush=True)
     return 1 if bad else 0
 
