@@ -31,11 +31,12 @@ def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, va
     sees: validate=True measures it, else pass max_visible_keys (the longest request's keys, as
     flash-attn's max_seqlen_k; without it the chunk's N is assumed, which treats eight packed 16K
     requests as one 128K request). It is a promise: validate=True raises where a row sees more, and
-    unchecked, the dense kernels answer such a row from its first max_visible_keys keys. validate=False skips the value checks that read inputs back from
-    the GPU (a synchronisation; turn them off inside CUDA graphs and torch.compile regions);
-    shape/dtype checks always run. The choice of path happens inside the custom op, so compiled
-    graphs hold one opaque call; inside a compiled region pass `variant` as a name string (dynamo
-    may trace a Variant's integer fields as symbols and cannot format them into its name).
+    unchecked, the dense kernels answer such a row from its first max_visible_keys keys. validate=False
+    skips the value checks that read inputs back from the GPU (a synchronisation; turn them off inside
+    CUDA graphs and torch.compile regions); shape/dtype checks always run. The choice of path happens
+    inside the custom op, so compiled graphs hold one opaque call; inside a compiled region pass
+    `variant` as a name string (dynamo may trace a Variant's integer fields as symbols and cannot format
+    them into its name).
     """
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate,
                            max_visible_keys=max_visible_keys)

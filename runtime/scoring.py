@@ -109,8 +109,8 @@ def shape_pieces(rows: int, keys: int, budget_bytes: int) -> list[tuple[int, int
     """Pieces (first_row, end_row, 0, keys) planned from the shapes alone, with nothing read back from
     the device: rows_per_piece rows a piece. Kernels that take each row's own range from ks/ke on the
     device compute and select only what a row sees, so this costs them only the pieces' count where
-    rows see less than N keys (packed requests), never extra work. (Our dense kernels plan the same
-    pieces in their library: runtime.dense.)"""
+    rows see less than N keys (packed requests), never extra work. (Our dense kernels plan theirs by
+    the logits window instead: runtime.dense, logits_window.)"""
     if keys == 0:
         return [(0, rows, 0, 0)] if rows else []
     per = rows_per_piece(keys, budget_bytes)
