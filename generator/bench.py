@@ -18,7 +18,7 @@ import torch
 from runtime.dense import dense_mqa_topk, dense_variant_for
 from runtime.fused import launch_variant
 from runtime.loader import aligned16 as _aligned, load
-from runtime.scoring import logits_window, rows_per_piece
+from runtime.scoring import logits_window, window_pieces
 from runtime.gpu import device_identity
 from runtime.table import load_table, nearest, table_for
 from runtime.verify import verify_topk
@@ -63,8 +63,7 @@ def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=Non
     opened DenseLibrary, e.g. a patched build, instead of the variant's)."""
     lib = lib or load(variant or dense_variant_for(wl.q.device, wl.heads, wl.top_k))
     q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
-    window = logits_window(wl.longest_row(), wl.keys)  # as the dense path plans its pieces
-    per = min(wl.rows, rows_per_piece(window, budget))
+    window, per = window_pieces(wl.rows, wl.keys, wl.longest_row(), budget)  # as the dense path plans them
     logits = torch.empty(per * window, dtype=torch.float32, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
 
@@ -76,16 +75,23 @@ def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=Non
     return median_ms(run, warmup=2, reps=10)
 
 
-def topk_alone_ms(wl) -> float:
-    """Our top-k kernel over the whole chunk's real logits, materialised once as one piece."""
-    lib = load(dense_variant_for(wl.q.device, wl.heads, wl.top_k))
+def chunk_logits(lib, wl) -> tuple[torch.Tensor, int]:
+    """The whole chunk's logits by `lib`'s logits kernel, as one piece in windows of its longest row
+    (the dense path's layout), and the window."""
     window = logits_window(wl.longest_row(), wl.keys)
     logits = torch.empty(wl.rows * window, dtype=torch.float32, device="cuda")
     q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
+    lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(), wl.ke.data_ptr(),
+               logits.data_ptr(), window, 0, wl.rows, wl.rows, wl.keys, torch.cuda.current_stream().cuda_stream)
+    return logits, window
+
+
+def topk_alone_ms(wl) -> float:
+    """Our top-k kernel over the whole chunk's real logits, materialised once as one piece."""
+    lib = load(dense_variant_for(wl.q.device, wl.heads, wl.top_k))
+    logits, window = chunk_logits(lib, wl)
     out = torch.empty((wl.rows, wl.top_k), dtype=torch.int32, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
-    lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(), wl.ke.data_ptr(),
-               logits.data_ptr(), window, 0, wl.rows, wl.rows, wl.keys, stream)
     return median_ms(lambda: lib.topk(logits.data_ptr(), window, wl.ks.data_ptr(), wl.ke.data_ptr(), 0, wl.rows,
                                       wl.keys, out.data_ptr(), stream), warmup=2, reps=10)
 

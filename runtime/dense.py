@@ -19,8 +19,7 @@ from .contract import check_inputs, clamp_ranges
 from .environment import getenv
 from .gpu import device_identity
 from .loader import DenseLibrary, aligned16, allocate, launch_on, load, load_or_warn
-from .scoring import (fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, logits_window, rows_per_piece,
-                      topk_by_pieces)
+from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, topk_by_pieces, window_pieces
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
 DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they run; "torch": always torch
@@ -74,7 +73,7 @@ def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, longest_row: int |
 def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int,
                    longest_row: int | None, out: torch.Tensor | None) -> torch.Tensor:
     """Our dense kernels in one host call (DenseLibrary.run): pieces of as many rows as fit the budget
-    with each row's logits in a window of the longest row's keys (scoring.logits_window), each scored,
+    with each row's logits in a window of the longest row's keys (scoring.window_pieces), each scored,
     then selected (the library walks them; nothing is read back from the device)."""
     rows, keys = q.shape[0], k_fp8.shape[0]
     if out is None:
@@ -84,8 +83,7 @@ def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k:
     if rows == 0:
         return out
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
-    window = logits_window(longest_row, keys)
-    piece_rows = min(rows, rows_per_piece(window, budget))
+    window, piece_rows = window_pieces(rows, keys, longest_row, budget)
     logits = allocate(4 * piece_rows * window, q.device, f"{lib.variant.name}'s logits", torch.float32)
     context, stream = launch_on(q.device)
     with context:

@@ -105,6 +105,12 @@ def logits_window(longest_row: int | None, keys: int) -> int:
     return max(4, -(-seen // 4) * 4)
 
 
+def window_pieces(rows: int, keys: int, longest_row: int | None, budget_bytes: int) -> tuple[int, int]:
+    """Our dense kernels' plan: (the logits window, rows a piece), as many rows as windows fit the budget."""
+    window = logits_window(longest_row, keys)
+    return window, min(rows, rows_per_piece(window, budget_bytes))
+
+
 def shape_pieces(rows: int, keys: int, budget_bytes: int) -> list[tuple[int, int, int, int]]:
     """Pieces (first_row, end_row, 0, keys) planned from the shapes alone, with nothing read back from
     the device: rows_per_piece rows a piece. Kernels that take each row's own range from ks/ke on the

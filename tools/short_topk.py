@@ -34,8 +34,8 @@ def main() -> int:
     from generator.sweep import Shape, chunk
     from generator.timing import median_ms
     from runtime.dense import run_dense
-    from runtime.loader import aligned16, load
-    from runtime.scoring import logits_window
+    from generator.bench import chunk_logits
+    from runtime.loader import load
     from runtime.verify import verify_topk
 
     variants = [DenseVariant.from_name(n) for n in args.variant] or [
@@ -48,15 +48,11 @@ def main() -> int:
             shape = Shape(requests, rows, keys, variants[0].heads, variants[0].top_k)
             wl = chunk(shape, seed=rows + keys + requests)
             longest = wl.longest_row()
-            window = logits_window(longest, keys)
-            q, k, sc = aligned16(wl.q), aligned16(wl.k_fp8), aligned16(wl.k_scale)
             stream = torch.cuda.current_stream().cuda_stream
             line = f"q{requests} {rows:>6} x {keys:>7} (longest row {longest:>6}):"
             for v in variants:
                 lib = load(v)
-                logits = torch.empty(rows * window, dtype=torch.float32, device="cuda")
-                lib.logits(q.data_ptr(), k.data_ptr(), sc.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(),
-                           wl.ke.data_ptr(), logits.data_ptr(), window, 0, rows, rows, keys, stream)
+                logits, window = chunk_logits(lib, wl)
                 out = torch.empty((rows, wl.top_k), dtype=torch.int32, device="cuda")
                 name = v.name.split("_t")[-1]
                 for kernel, short_rows in (("short", True), ("histogram", False)):
