@@ -311,6 +311,14 @@ class Slow(FakeMeasurer):
 m = Slow()
 bucket = Bucket(32, 1024, 4096, 65536)
 study = open_study(bucket, "sm90a", storage_for({storage!r}), gpu="Fake")
+# Start together: a worker that finished importing seconds before the other (a loaded 2-core CI
+# machine) would otherwise take every trial before the other asks for one.
+import os, pathlib
+ready = pathlib.Path({ready!r})
+(ready / str(os.getpid())).touch()
+deadline = time.time() + 120
+while len(list(ready.iterdir())) < 2 and time.time() < deadline:
+    time.sleep(0.01)
 search_bucket(study, bucket, m, "sm90a", trials=16, batch=2, log=lambda s: None)
 print(" ".join(m.fused_calls))
 """
@@ -321,7 +329,8 @@ def test_two_workers_share_one_study_without_measuring_a_variant_twice(tmp_path)
     from generator.workers import storage_for
 
     storage = f"journal:{tmp_path / 'journal.log'}"
-    script = WORKER.format(tests=str(REPO / "tests"), repo=str(REPO), storage=storage)
+    (tmp_path / "ready").mkdir()
+    script = WORKER.format(tests=str(REPO / "tests"), repo=str(REPO), storage=storage, ready=str(tmp_path / "ready"))
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
