@@ -105,8 +105,8 @@ def markdown(results: list[Regret], trials: int) -> str:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--bucket", action="append", required=True, metavar="HxKxMxN",
-                   help="heads x top-k x rows x keys, e.g. 32x2048x4096x8192 (repeatable)")
+    p.add_argument("--bucket", action="append", required=True, metavar="HxKxMxN[xQ]",
+                   help="heads x top-k x rows x keys [x requests], e.g. 32x2048x4096x8192 (repeatable)")
     p.add_argument("--sample", type=int, default=200, help="random valid variants in the reference (0: all)")
     p.add_argument("--repeats", type=int, default=5, help="default studies run on the reference, seeds 0..")
     p.add_argument("--trials", type=int, default=12, help="the budget judged (tune's default)")
@@ -128,8 +128,7 @@ def main(args) -> int:
     arch = arch_for_capability(*device_identity(torch.cuda.current_device()).capability).name
     results = []
     for spec in args.bucket:
-        h, k, m, n = (int(x) for x in spec.split("x"))
-        results.append(regret(Bucket(h, k, m, n), GpuMeasurer(), arch, args.sample, args.repeats, args.trials,
+        results.append(regret(Bucket(*(int(x) for x in spec.split("x"))), GpuMeasurer(), arch, args.sample, args.repeats, args.trials,
                               build_fn=lambda vs: build(vs), log=lambda s: print(s, flush=True)))
         if args.log:
             with open(args.log, "a") as f:

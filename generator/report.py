@@ -16,7 +16,7 @@ from runtime.table import load_table, table_meta
 
 def write_report(table: Path, results: list) -> Path:
     """Writes the report of `table` (every entry) and of `results` (this run's BucketResults)."""
-    entries = sorted(load_table(table) or [], key=lambda e: (e.heads, e.top_k, e.keys, e.rows))
+    entries = sorted(load_table(table) or [], key=lambda e: (e.heads, e.top_k, e.requests, e.keys, e.rows))
     meta = table_meta(table)
     out = table.with_name(table.stem + "-report.md")
     lines = [f"# {meta.get('identity', table.stem)}: tuned table report", "",
@@ -30,7 +30,8 @@ def write_report(table: Path, results: list) -> Path:
                   "| rows | keys | variant | fused ms | dense ms | path | speed-up | trials | measured | code |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for e in (e for e in entries if (e.heads, e.top_k) == (heads, top_k)):
-            lines.append(f"| {e.rows} | {e.keys} | `{e.variant}` | {e.fused_ms:.3f} +-{e.fused_spread:.1%} | "
+            keys = f"{e.keys} ({e.requests} requests)" if e.requests > 1 else e.keys
+            lines.append(f"| {e.rows} | {keys} | `{e.variant}` | {e.fused_ms:.3f} +-{e.fused_spread:.1%} | "
                          f"{e.dense_ms:.3f} +-{e.dense_spread:.1%} | {e.use} | {e.dense_ms / e.fused_ms:.2f}x | "
                          f"{e.trials or '-'} | {e.measured or '-'} | {e.code or '-'} |")
         lines += [f"![fused and dense, H = {heads}, top-{top_k}]({p.name})" for p in plots.get((heads, top_k), [])]
@@ -62,11 +63,13 @@ def _plots(table: Path, entries, results) -> dict:
         fig, ax = plt.subplots(figsize=(6, 4))
         for rows in sorted({e.rows for e in entries if (e.heads, e.top_k) == (heads, top_k)}):
             pts = sorted((e.keys, e.fused_ms, e.dense_ms) for e in entries
-                         if (e.heads, e.top_k, e.rows) == (heads, top_k, rows))
+                         if (e.heads, e.top_k, e.rows, e.requests) == (heads, top_k, rows, 1))
+            if not pts:
+                continue
             keys = [p[0] for p in pts]
             line = ax.plot(keys, [p[1] for p in pts], "o-", label=f"fused, {rows} rows")[0]
             ax.plot(keys, [p[2] for p in pts], "x--", color=line.get_color(), label=f"dense, {rows} rows")
-        ax.set(xscale="log", yscale="log", xlabel="keys (longest row)", ylabel="ms", title=f"H = {heads}, top-{top_k}")
+        ax.set(xscale="log", yscale="log", xlabel="keys (single-request chunks)", ylabel="ms", title=f"H = {heads}, top-{top_k}")
         ax.legend(fontsize=6)
         path = table.with_name(f"{table.stem}-h{heads}-k{top_k}.png")
         fig.savefig(path, dpi=110, bbox_inches="tight")

@@ -47,14 +47,9 @@ def sweep_shapes(heads: list[int], top_ks: list[int]) -> list[Shape]:
 
 def chunk(shape: Shape, seed: int = 0, device="cuda"):
     """The shape's workload: random data, `requests` requests side by side, causal rows in each."""
-    from dataclasses import replace
+    from runtime.workloads import packed_workload
 
-    from runtime.workloads import make_workload, multi_request_ranges
-
-    base = make_workload("random", shape.rows, shape.keys, shape.heads, shape.top_k, seed=seed, device=device)
-    per = shape.keys // shape.requests
-    ks, ke = multi_request_ranges([(per, shape.rows // shape.requests)] * shape.requests, device)
-    return replace(base, family=f"{shape.requests} request(s)", ks=ks, ke=ke)
+    return packed_workload(shape.rows, shape.keys, shape.heads, shape.top_k, shape.requests, seed=seed, device=device)
 
 
 def read_serving(path: Path) -> dict[tuple, float]:

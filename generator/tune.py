@@ -53,10 +53,14 @@ NEIGHBOR_AXES = ("select_warps", "sample_tiles", "stages", "buffer", "key_tile",
 # and 512 rows (decode-sized and short prefill chunks) have their own: a persistent fused launch with
 # fewer row blocks than SMs ran a one-row call at 32K keys in 2.9 times the dense path's time, and a
 # 512 x 8K chunk, looked up in the 512 x 32K bucket, in 2.1 times (BENCHMARKS.md, "Every chunk a
-# server sends").
+# server sends"). A chunk of eight packed 4K-key requests (16K rows, each row seeing 2K-4K keys) has
+# one too: looked up in the single-request 16K x 16K bucket (the nearest by rows and longest row), it
+# took that bucket's fused variant, 0.95 ms against the dense path's 0.70 (BENCHMARKS.md, "Every
+# chunk a server sends, H200 (2026-12-01, d880b0b)"). A shape is (rows, keys) or (rows, keys,
+# requests).
 DEFAULT_SHAPES = ((64, 8192), (64, 32_768), (64, 131_072), (64, 524_288), (512, 8192), (512, 32_768), (512, 131_072),
                   (512, 524_288), (4096, 8192), (4096, 16_384), (16_384, 16_384), (4096, 32_768), (16_384, 32_768), (16_384, 131_072),
-                  (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576))
+                  (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576), (16_384, 32_768, 8))
 
 
 @dataclass(frozen=True, order=True)
@@ -65,10 +69,19 @@ class Bucket:
     top_k: int
     rows: int
     keys: int
+    requests: int = 1  # equal causal requests side by side (runtime.workloads.packed_workload)
 
     @property
     def name(self) -> str:
-        return f"h{self.heads}_k{self.top_k}_m{self.rows}_n{self.keys}"
+        return f"h{self.heads}_k{self.top_k}_m{self.rows}_n{self.keys}" + (f"_q{self.requests}" if self.requests > 1 else "")
+
+    @property
+    def longest_row(self) -> int:
+        return self.keys // self.requests
+
+    @staticmethod
+    def of(entry: Entry) -> "Bucket":
+        return Bucket(entry.heads, entry.top_k, entry.rows, entry.keys, entry.requests)
 
 
 class VerificationError(RuntimeError):
@@ -131,7 +144,8 @@ class BucketResult:
             return None
         b, c = self.bucket, self.comparison
         return Entry(b.heads, b.top_k, b.rows, b.keys, self.best.name, round(c.fused_ms, 4), round(c.dense_ms, 4),
-                     round(c.fused_spread, 4), round(c.dense_spread, 4), now(), code_digest(), self.trials, verified)
+                     round(c.fused_spread, 4), round(c.dense_spread, 4), now(), code_digest(), self.trials, verified,
+                     b.requests)
 
 
 def now() -> str:
@@ -270,9 +284,8 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
 
 def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
     """New entries replace old ones of the same bucket; the others stay."""
-    key = lambda e: (e.heads, e.top_k, e.rows, e.keys)  # noqa: E731
-    merged = {key(e): e for e in old}
-    merged.update({key(e): e for e in new})
+    merged = {e.bucket: e for e in old}
+    merged.update({e.bucket: e for e in new})
     return list(merged.values())
 
 
@@ -282,7 +295,7 @@ def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
     today (the study logged in "2026-11-30: seven selector warps" did not, and could not say whether it beat the table)."""
     for path in tables:
         for e in load_table(path) or []:
-            if (e.heads, e.top_k, e.rows, e.keys) == (bucket.heads, bucket.top_k, bucket.rows, bucket.keys):
+            if Bucket.of(e) == bucket:
                 return Variant.from_name(e.variant)
     return None
 
@@ -335,7 +348,7 @@ def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=Non
         build_fn(sorted({Variant.from_name(e.variant) for e in entries}))
     fresh = []
     for e in entries:
-        bucket = Bucket(e.heads, e.top_k, e.rows, e.keys)
+        bucket = Bucket.of(e)
         try:
             c = measurer.compare(Variant.from_name(e.variant), bucket)
         except VerificationError as err:
@@ -359,12 +372,12 @@ class GpuMeasurer:
         self._workloads: dict[Bucket, object] = {}
 
     def workload(self, bucket: Bucket):
-        from runtime.workloads import make_workload
+        from runtime.workloads import packed_workload
 
         if bucket not in self._workloads:
             self._workloads.clear()  # one bucket's inputs on the GPU at a time
-            self._workloads[bucket] = make_workload("random", bucket.rows, bucket.keys, bucket.heads, bucket.top_k,
-                                                    seed=self.seed, device="cuda")
+            self._workloads[bucket] = packed_workload(bucket.rows, bucket.keys, bucket.heads, bucket.top_k,
+                                                      bucket.requests, seed=self.seed, device="cuda")
         return self._workloads[bucket]
 
     def _dense(self, bucket: Bucket):
@@ -373,7 +386,7 @@ class GpuMeasurer:
         from runtime.dense import run_dense
 
         wl = self.workload(bucket)
-        return lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, bucket.keys)
+        return lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, bucket.longest_row)
 
     def _verified(self, variant: Variant, bucket: Bucket):
         """A call of `variant` into its output, once its run over a poisoned output verified on
@@ -432,19 +445,32 @@ def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
 
 
 def parse_shapes(specs: list[str] | None) -> tuple:
-    """--shape MxN values (none: DEFAULT_SHAPES)."""
-    return tuple(tuple(int(x) for x in spec.split("x")) for spec in specs) if specs else DEFAULT_SHAPES
+    """--shape MxN or MxNxQ values (none: DEFAULT_SHAPES)."""
+    if not specs:
+        return DEFAULT_SHAPES
+    shapes = []
+    for spec in specs:
+        try:
+            shape = tuple(int(x) for x in spec.split("x"))
+        except ValueError:
+            shape = ()
+        if len(shape) not in (2, 3) or min(shape) < 1 or (len(shape) == 3 and (shape[0] % shape[2] or shape[1] % shape[2])):
+            raise SystemExit(f"--shape {spec}: expected ROWSxKEYS or ROWSxKEYSxREQUESTS, positive, the requests "
+                             f"dividing rows and keys")
+        shapes.append(shape)
+    return tuple(shapes)
 
 
 def default_buckets(heads=None, top_k=None, shapes=DEFAULT_SHAPES) -> list[Bucket]:
-    return [Bucket(h, k, m, n) for h in (heads or AXES["heads"]) for k in (top_k or AXES["top_k"]) for m, n in shapes]
+    return [Bucket(h, k, *shape) for h in (heads or AXES["heads"]) for k in (top_k or AXES["top_k"]) for shape in shapes]
 
 
 def add_arguments(p) -> None:
     p.add_argument("--heads", type=int, action="append", choices=AXES["heads"], help="(repeatable) default: all")
     p.add_argument("--top-k", dest="top_k", type=int, action="append", choices=AXES["top_k"], help="(repeatable)")
-    p.add_argument("--shape", action="append", metavar="MxN",
-                   help=f"chunk rows x keys of a bucket (repeatable); default: {' '.join(f'{m}x{n}' for m, n in DEFAULT_SHAPES)}")
+    p.add_argument("--shape", action="append", metavar="MxN[xQ]",
+                   help="chunk rows x keys of a bucket [x requests packed in it] (repeatable); default: "
+                        + " ".join("x".join(map(str, s)) for s in DEFAULT_SHAPES))
     p.add_argument("--trials", type=int, default=12,
                    help="measured trials per bucket (default 12: the starting points, the table's choice and the "
                         "best point's neighbours; in a re-tune of 30 H200 buckets, 28 winners were not a starting "
@@ -455,6 +481,9 @@ def add_arguments(p) -> None:
     p.add_argument("--gpus", metavar="all|N", help="one search worker per local GPU, sharing one storage (default "
                                                    "journal:<out-dir>/tune-journal.log); this process then settles "
                                                    "each bucket and writes the table (generator/workers.py)")
+    p.add_argument("--workers-per-gpu", type=int, default=1, metavar="K",
+                   help="with --gpus: K search workers on each GPU (they share its time; for trying the shared "
+                        "study where there is one GPU)")
     p.add_argument("--worker", action="store_true", help="search only, into --storage, and write no table (what "
                                                          "--gpus starts on each GPU; start it yourself on other hosts)")
     p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: FUSED_MQA_TOPK_TABLES, else ~/.local/share/fused-mqa-topk/tables; the shipped table: runtime/tuned_configs)")
@@ -519,15 +548,17 @@ def main(args) -> int:
         return 0
     if args.gpus:
         url = args.storage or f"{JOURNAL}{out_dir / 'tune-journal.log'}"
-        n = gpu_count(args.gpus)
-        log(f"searching {len(buckets)} buckets on {n} GPUs through {url}, {args.trials} trials each")
-        wall = run_workers(n, sys.argv[2:], url, log=log)
-        log(f"{n} workers done in {wall:.0f} s; settling each bucket on this GPU")
+        n, per_gpu = gpu_count(args.gpus), max(1, args.workers_per_gpu)
+        log(f"searching {len(buckets)} buckets with {n * per_gpu} workers on {n} GPU(s) through {url}, "
+            f"{args.trials} trials each")
+        wall = run_workers(n, sys.argv[2:], url, log=log, per_gpu=per_gpu)
+        log(f"{n * per_gpu} workers done in {wall:.0f} s; settling each bucket on this GPU")
         storage = storage_for(url)
         results = []
         for bucket in buckets:
             results.append(settle_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), log=log))
-            record(path, gpu, arch.name, results[-1], {**meta, "workers": n, "search_wall_s": round(wall)}, log)
+            record(path, gpu, arch.name, results[-1], {**meta, "workers": n * per_gpu, "gpus": n,
+                                                       "search_wall_s": round(wall)}, log)
     else:
         log(f"tuning {len(buckets)} buckets on {gpu} ({arch.name}), {args.trials} trials each, "
             f"budget {args.time_budget:.0f} min -> {path}")

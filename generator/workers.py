@@ -54,24 +54,25 @@ def worker_argv(argv: list[str], storage: str) -> list[str]:
         if skip:
             skip = False
             continue
-        if a in ("--gpus", "--storage"):
+        if a in ("--gpus", "--storage", "--workers-per-gpu"):
             skip = True
             continue
-        if a.startswith(("--gpus=", "--storage=")):
+        if a.startswith(("--gpus=", "--storage=", "--workers-per-gpu=")):
             continue
         out.append(a)
     return [*out, "--worker", "--storage", storage]
 
 
-def run_workers(n: int, argv: list[str], storage: str, log=print) -> float:
-    """Starts n workers, one a GPU, and waits for them; returns the wall time (s). A worker that
-    fails stops the run (its output says why)."""
+def run_workers(n: int, argv: list[str], storage: str, log=print, per_gpu: int = 1) -> float:
+    """Starts `per_gpu` workers on each of n GPUs and waits for them; returns the wall time (s). A
+    worker that fails stops the run (its output says why). (More than one a GPU shares its time: it
+    shows the shared study at work where one GPU is all there is, not a speed-up.)"""
     start = time.monotonic()
     procs = []
-    for i in range(n):
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i)}
+    for i in range(n * per_gpu):
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i // per_gpu)}
         procs.append(subprocess.Popen([sys.executable, "-m", "generator", "tune", *worker_argv(argv, storage)], env=env))
-        log(f"worker {i}: GPU {i}, pid {procs[-1].pid}")
+        log(f"worker {i}: GPU {i // per_gpu}, pid {procs[-1].pid}")
     codes = [p.wait() for p in procs]
     if any(codes):
         raise SystemExit(f"tune workers exited with {codes}")

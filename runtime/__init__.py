@@ -15,7 +15,7 @@ from generator.variant import Variant
 from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs
 from .dense import dense_mqa_topk
 from .dispatch import Decision, choose_variant, decide
-from .fused import AUTO, fused_op, run_fused_op
+from .fused import AUTO, fused_op, run_checked
 from .reference import reference_mqa_topk
 
 __all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "explain", "choose_variant", "check_inputs",
@@ -44,9 +44,10 @@ def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, va
     name = AUTO if variant is None else variant if isinstance(variant, str) else variant.name
     if name != AUTO and problem.device.type != "cuda":
         raise ValueError(f"variant {name} needs CUDA tensors; q is on {problem.device}")
-    args = (q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, name, problem.longest_row)
     # The custom op is what compiled graphs see; eager calls skip its dispatch (tens of us a call).
-    return fused_op(*args) if torch.compiler.is_compiling() else run_fused_op(*args)
+    if torch.compiler.is_compiling():
+        return fused_op(q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, name, problem.longest_row)
+    return run_checked(problem, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, name)
 
 
 def explain(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, validate: bool = False,

@@ -21,9 +21,9 @@ from generator.space import default_variant
 from generator.variant import Variant
 
 from .contract import Problem
-from .environment import getenv
+from .environment import getenv, snapshot
 from .gpu import device_identity
-from .table import RECHECK_S, Entry, TableChoice, current_table, load_table, nearest, table_directories
+from .table import RECHECK_S, TABLE_ENVIRONMENT, Entry, TableChoice, current_table, load_table, nearest
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")
@@ -58,7 +58,8 @@ class Decision:
             lines.append(f"looked up by: {self.looked_up}")
         if self.entry:
             e = self.entry
-            lines.append(f"bucket: heads {e.heads}, top-k {e.top_k}, {e.rows} rows x {e.keys} keys: {e.variant}, "
+            packed = f" in {e.requests} requests" if e.requests > 1 else ""
+            lines.append(f"bucket: heads {e.heads}, top-k {e.top_k}, {e.rows} rows x {e.keys} keys{packed}: {e.variant}, "
                          f"fused {e.fused_ms:.3f} ms vs dense {e.dense_ms:.3f} ms")
         return "\n".join(lines)
 
@@ -122,22 +123,23 @@ def _decide(path: str, identity, choice: TableChoice, mtime: int, heads: int, to
 
 
 _chosen: dict = {}
+_CHOICE_ENVIRONMENT = (PATH_ENV, *TABLE_ENVIRONMENT)  # what a kept choice depends on besides the table files
 
 
 def choose_variant(problem: Problem) -> Variant | None:
     """The fused variant to run for this problem, or None for the dense path. Every call of the op
     asks, so the answer is kept per shape for RECHECK_S (as the table files are), while the path
-    variable and the table directory stay as they were."""
-    key = (problem.device, problem.heads, problem.top_k, problem.rows, problem.longest_row)
-    state = (getenv(PATH_ENV, "auto"), table_directories())
+    variables and the table directories follow stay as they were. (The problem is its own key: a named
+    tuple hashes faster than a key built from its fields.)"""
+    state = snapshot(_CHOICE_ENVIRONMENT)
     now = time.monotonic()
-    kept = _chosen.get(key)
+    kept = _chosen.get(problem)
     if kept is not None and kept[1] == state and now - kept[0] < RECHECK_S:
         return kept[2]
     variant = _decision(problem).variant
     if len(_chosen) >= 4096:  # (a server's many shapes: keep the dict small)
         _chosen.clear()
-    _chosen[key] = (now, state, variant)
+    _chosen[problem] = (now, state, variant)
     return variant
 
 

@@ -15,6 +15,7 @@ _DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 if not isinstance(_DATA, dict):
     _DATA = None
 _ENCODED: dict[str, bytes] = {}
+_ENCODED_NAMES: dict[tuple[str, ...], tuple[bytes, ...]] = {}
 
 
 def _raw(name: str) -> bytes | None:
@@ -33,4 +34,7 @@ def snapshot(names: tuple[str, ...]) -> tuple:
     """The variables' values as they are now, undecoded: equal while none of them changes (a cache key)."""
     if _DATA is None:
         return tuple(os.environ.get(n) for n in names)
-    return tuple(_raw(n) for n in names)
+    encoded = _ENCODED_NAMES.get(names)
+    if encoded is None:
+        encoded = _ENCODED_NAMES.setdefault(names, tuple(n.encode() for n in names))
+    return tuple(map(_DATA.get, encoded))

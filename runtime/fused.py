@@ -66,16 +66,22 @@ def run_fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, we
     """The public entry's body: `variant` is a variant name, or AUTO for the table's choice (which
     may be the dense path) for rows that see at most `longest_row` keys. Inputs were checked by the
     caller."""
+    problem = Problem(rows=q.shape[0], keys=k_fp8.shape[0], heads=q.shape[1], top_k=top_k, device=q.device,
+                      visible_keys=longest_row)
+    return run_checked(problem, q, k_fp8, k_scale, weights, ks, ke, variant)
+
+
+def run_checked(problem: Problem, q, k_fp8, k_scale, weights, ks, ke, variant: str) -> torch.Tensor:
+    """run_fused_op for the Problem check_inputs returned (the eager entry: no second Problem made)."""
     lib = None
     if variant == AUTO:
-        chosen = choose_variant(Problem(rows=q.shape[0], keys=k_fp8.shape[0], heads=q.shape[1], top_k=top_k,
-                                        device=q.device, visible_keys=longest_row))
+        chosen = choose_variant(problem)
         lib = chosen and load_or_warn(chosen, "the dense path")
         if lib is None:
-            return run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k, longest_row)
+            return run_dense(q, k_fp8, k_scale, weights, ks, ke, problem.top_k, problem.longest_row)
     else:
         chosen = Variant.from_name(variant)
-    return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, top_k, lib=lib)
+    return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, problem.top_k, lib=lib)
 
 
 @torch.library.custom_op("fused_mqa_topk::topk", mutates_args=())

@@ -24,6 +24,7 @@ from .environment import snapshot
 from .gpu import GpuIdentity
 
 TABLE_DIR_ENV = "FUSED_MQA_TOPK_TABLES"
+TABLE_ENVIRONMENT = (TABLE_DIR_ENV, "XDG_DATA_HOME", "HOME")  # the variables the table directories follow
 SHIPPED_TABLES = resources.files("runtime") / "tuned_configs"
 
 
@@ -32,7 +33,7 @@ class Entry:
     heads: int
     top_k: int
     rows: int  # chunk rows (M) the bucket was tuned at
-    keys: int  # the most keys a row of the bucket's causal chunk sees (its N)
+    keys: int  # the bucket chunk's keys (its N): `requests` causal requests of keys / requests each
     variant: str  # best fused variant's name
     fused_ms: float  # medians, fused and dense timed alike (interleaved) where the spreads are recorded
     dense_ms: float
@@ -44,6 +45,17 @@ class Entry:
     code: str = ""  # generator.provenance.code_digest() of the kernels timed
     trials: int = 0  # fused variants measured in the bucket's study
     verified: str = ""  # what the winner's output passed
+    requests: int = 1  # requests packed side by side in the bucket's chunk (tune.Bucket)
+
+    @property
+    def longest_row(self) -> int:
+        """The most keys a row of the bucket's chunk sees: what the runtime looks buckets up by."""
+        return self.keys // self.requests
+
+    @property
+    def bucket(self) -> tuple:
+        """What names the bucket: an entry per (heads, top_k, rows, keys, requests) in a table."""
+        return (self.heads, self.top_k, self.rows, self.keys, self.requests)
 
     @property
     def use(self) -> str:
@@ -115,7 +127,7 @@ def current_table(identity: GpuIdentity) -> tuple[TableChoice, int]:
 
 def table_directories() -> tuple[str, str]:
     """(the user's table directory, the shipped one), as paths made once per environment."""
-    return _directories(snapshot((TABLE_DIR_ENV, "XDG_DATA_HOME", "HOME")))
+    return _directories(snapshot(TABLE_ENVIRONMENT))
 
 
 @lru_cache(maxsize=8)
@@ -195,23 +207,22 @@ def _load(path: str, mtime: int) -> list[Entry]:
 def save_table(path: Path, identity: str, entries: list[Entry], meta: dict) -> None:
     """Writes a table for the GPU identity key `identity` (atomically), with `meta` beside its entries."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"identity": identity, **meta, "entries": [e.to_json() for e in sorted(entries, key=_bucket)]}
+    data = {"identity": identity, **meta, "entries": [e.to_json() for e in sorted(entries, key=lambda e: e.bucket)]}
     tmp = path.with_name(path.name + f".tmp.{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
 
 
-def _bucket(e: Entry) -> tuple:
-    return (e.heads, e.top_k, e.rows, e.keys)
-
-
 def nearest(entries: list[Entry], heads: int, top_k: int, rows: int, keys: int) -> Entry | None:
-    """The entry for these heads and top_k whose (rows, keys) is nearest on a log scale."""
+    """The entry for these heads and top_k whose (rows, longest row) is nearest on a log scale to
+    (rows, keys), `keys` being the most keys one row of the call sees. A chunk of packed short
+    requests has more rows than its longest row sees keys, which no single causal request has: the
+    tuner's packed buckets are its neighbours there."""
     same = [e for e in entries if e.heads == heads and e.top_k == top_k]
     if not same:
         return None
 
     def distance(e: Entry) -> float:
-        return math.log2(max(rows, 1) / e.rows) ** 2 + math.log2(max(keys, 1) / e.keys) ** 2
+        return math.log2(max(rows, 1) / e.rows) ** 2 + math.log2(max(keys, 1) / e.longest_row) ** 2
 
     return min(same, key=distance)

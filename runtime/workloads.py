@@ -273,3 +273,17 @@ def make_workload(family: str, rows: int, keys: int, heads: int, top_k: int, see
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     return FAMILIES[family](rows, keys, heads, top_k, gen, torch.device(device))
+
+
+def packed_workload(rows: int, keys: int, heads: int, top_k: int, requests: int, seed: int = 0,
+                    device="cpu") -> Workload:
+    """A chunk of `requests` equal requests side by side, random data: each holds keys / requests
+    tokens and rows / requests rows (its last tokens, each seeing its own request's prefix). One
+    request is the causal chunk of make_workload("random", ...)."""
+    if requests < 1 or rows % requests or keys % requests:
+        raise ValueError(f"{rows} rows and {keys} keys do not split into {requests} equal requests")
+    base = make_workload("random", rows, keys, heads, top_k, seed=seed, device=device)
+    if requests == 1:
+        return base
+    ks, ke = multi_request_ranges([(keys // requests, rows // requests)] * requests, device)
+    return replace(base, family=f"{requests} requests", ks=ks, ke=ke)

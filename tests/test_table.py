@@ -86,9 +86,24 @@ def test_nearest_is_by_log_distance_within_heads_and_top_k():
     assert nearest(entries, 64, 512, 16384, 32768) is None
 
 
+def test_a_chunk_of_packed_requests_is_looked_up_by_its_longest_row():
+    from dataclasses import replace
+
+    single = [entry(rows=16384, keys=16384), entry(rows=4096, keys=8192), entry(rows=16384, keys=131072)]
+    packed = replace(entry(rows=16384, keys=32768), requests=8)  # eight 4K-key requests
+    assert packed.longest_row == 4096 and packed.bucket[-1] == 8
+    assert nearest(single, 32, 2048, 16384, 4096).keys == 16384  # without it: the single 16K x 16K bucket
+    assert nearest(single + [packed], 32, 2048, 16384, 4096) == packed
+    assert nearest(single + [packed], 32, 2048, 8192, 4096) == packed  # rows > longest row: only packing does that
+    assert nearest(single + [packed], 32, 2048, 16384, 16384).requests == 1
+    assert nearest(single + [packed], 32, 2048, 4096, 8192).requests == 1
+
+
 def test_save_and_load_round_trip(tmp_path):
     path = tmp_path / "GPU.json"
-    entries = [entry(), entry(top_k=512, fused=3.0, dense=2.0)]
+    from dataclasses import replace
+
+    entries = [entry(), entry(top_k=512, fused=3.0, dense=2.0), replace(entry(top_k=1024), requests=8)]
     save_table(path, "Some-GPU-100SM", entries, {"arch": "sm90a"})
     data = json.loads(path.read_text())
     assert data["identity"] == "Some-GPU-100SM" and data["arch"] == "sm90a"

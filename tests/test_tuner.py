@@ -219,6 +219,25 @@ def test_merge_replaces_same_bucket_only():
     b = Entry(32, 512, 1, 2, "y", 0.5, 2.0)
     c = Entry(32, 512, 1, 4, "z", 1.0, 2.0)
     assert sorted(merge_entries([a, c], [b]), key=lambda e: e.keys) == [b, c]
+    packed = Entry(32, 512, 1, 2, "p", 1.0, 2.0, requests=2)  # another bucket: the same chunk size, packed
+    assert sorted(merge_entries([a, c], [packed]), key=lambda e: (e.keys, e.requests)) == [a, packed, c]
+
+
+def test_shapes_name_packed_buckets():
+    from generator.tune import DEFAULT_SHAPES, default_buckets, parse_shapes
+
+    assert parse_shapes(["4096x32768", "16384x32768x8"]) == ((4096, 32768), (16384, 32768, 8))
+    for bad in ("16384x32768x3", "4096", "0x8192", "axb"):
+        with pytest.raises(SystemExit, match="--shape"):
+            parse_shapes([bad])
+    packed = Bucket(32, 512, 16384, 32768, 8)
+    assert packed.name == "h32_k512_m16384_n32768_q8" and packed.longest_row == 4096
+    assert Bucket(32, 512, 16384, 32768).name == "h32_k512_m16384_n32768"
+    assert packed in default_buckets(shapes=DEFAULT_SHAPES)
+    from generator.tune import BucketResult
+
+    e = BucketResult(packed, default_variant(32, 512), Comparison(1.0, 0.0, 2.0, 0.0), 12, 0, 0).entry()
+    assert e.requests == 8 and Bucket.of(e) == packed  # (what --refresh re-times)
 
 
 def test_tune_without_a_gpu_says_what_to_do_instead():
@@ -346,7 +365,7 @@ def test_two_workers_share_one_study_without_measuring_a_variant_twice(tmp_path)
 def test_workers_get_this_command_with_the_shared_storage():
     from generator.workers import worker_argv
 
-    argv = ["--heads", "32", "--gpus", "all", "--storage=sqlite:///x.db", "--trials", "4"]
+    argv = ["--heads", "32", "--gpus", "all", "--storage=sqlite:///x.db", "--workers-per-gpu", "2", "--trials", "4"]
     assert worker_argv(argv, "journal:/t/j.log") == ["--heads", "32", "--trials", "4", "--worker", "--storage",
                                                      "journal:/t/j.log"]
 

@@ -32,6 +32,18 @@ def test_causal_and_multi_request_ranges():
         causal_ranges(5, 4, "cpu")
 
 
+def test_packed_workloads_split_into_equal_requests():
+    from runtime.workloads import packed_workload
+
+    wl = packed_workload(8, 40, 32, 512, requests=4, seed=1)
+    assert wl.ks.tolist() == [0, 0, 10, 10, 20, 20, 30, 30] and wl.ke.tolist() == [9, 10, 19, 20, 29, 30, 39, 40]
+    assert wl.longest_row() == 10
+    one = packed_workload(8, 40, 32, 512, requests=1, seed=1)
+    assert torch.equal(one.ke, make_workload("random", 8, 40, 32, 512, seed=1).ke)
+    with pytest.raises(ValueError, match="equal requests"):
+        packed_workload(8, 40, 32, 512, requests=3)
+
+
 def test_hard_families_have_their_property():
     wl = make_workload("all_equal", 6, 2000, 32, 512, seed=1)
     assert (wl.k_fp8.view(torch.uint8) == wl.k_fp8[:1].view(torch.uint8)).all() and (wl.k_scale == 1).all()
