@@ -113,6 +113,34 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
     return 1 if bad else 0
 
 
+def markdown(results: list[dict]) -> str:
+    """A sweep's JSON lines (with serving times) as BENCHMARKS.md's tables: per heads and top-k,
+    serving ms / AUTO ms (the ratio; the share of the sustained floor; d where AUTO took the dense
+    path) by requests and rows against keys."""
+    out = []
+    for heads, top_k in sorted({(r["heads"], r["top_k"]) for r in results}):
+        mine = {(r["requests"], r["rows"], r["keys"]): r for r in results
+                if (r["heads"], r["top_k"]) == (heads, top_k) and "vs_serving" in r}
+        if not mine:
+            continue
+        ratios = [r["vs_serving"] for r in mine.values()]
+        keys = sorted({k for _, _, k in mine})
+        out += [f"H = {heads}, top-{top_k}: serving ms / AUTO ms (AUTO vs serving; share of the sustained floor; d: "
+                f"AUTO took the dense path); geometric mean {geometric_mean(ratios):.2f}x, slower on "
+                f"{sum(x < 1 for x in ratios)} of {len(ratios)}", "",
+                "| requests, rows | " + " | ".join(f"{k // 1024}K" for k in keys) + " |",
+                "| --- |" + " --- |" * len(keys)]
+        for q, m in sorted({(q, m) for q, m, _ in mine}):
+            cells = []
+            for k in keys:
+                r = mine.get((q, m, k))
+                cells.append("-" if r is None else f"{r['serving_ms']:.3f} / {r['auto_ms']:.3f} ({r['vs_serving']:.2f}x; "
+                             f"{r['auto_floor_share']:.2f}{' d' if r['auto_path'] == 'dense' else ''})")
+            out.append(f"| {q}, {m} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def _line(r: dict) -> str:
     vs = f"  vs serving {r['vs_serving']:.2f}x" if "vs_serving" in r else ""
     return (f"{'OK ' if r['verified'] else 'BAD'} q{r['requests']} {r['rows']:>6} x {r['keys']:>7} h{r['heads']} "

@@ -26,3 +26,19 @@ def test_serving_times_are_read_by_shape(tmp_path):
     path.write_text(json.dumps({"requests": 1, "rows": 64, "keys": 8192, "heads": 32, "top_k": 2048, "ms": 0.049}) + "\n")
     assert read_serving(path) == {(1, 64, 8192, 32, 2048): 0.049}
     assert abs(geometric_mean([2.0, 0.5]) - 1.0) < 1e-12
+
+
+def test_results_print_as_the_benchmark_tables():
+    from generator.sweep import markdown
+
+    def result(q, m, n, path, auto, serving):
+        return {"requests": q, "rows": m, "keys": n, "heads": 32, "top_k": 512, "auto_path": path, "auto_ms": auto,
+                "auto_floor_share": 0.5, "serving_ms": serving, "vs_serving": serving / auto}
+
+    text = markdown([result(1, 512, 8192, "dense", 0.2, 0.1), result(1, 512, 32768, "mqa_topk_x", 0.1, 0.2),
+                     result(8, 512, 8192, "dense", 0.1, 0.1)])
+    lines = text.splitlines()
+    assert "geometric mean 1.00x, slower on 1 of 3" in lines[0]
+    assert lines[2] == "| requests, rows | 8K | 32K |"
+    assert lines[4] == "| 1, 512 | 0.100 / 0.200 (0.50x; 0.50 d) | 0.200 / 0.100 (2.00x; 0.50) |"
+    assert lines[5] == "| 8, 512 | 0.100 / 0.100 (1.00x; 0.50 d) | - |"
