@@ -24,6 +24,9 @@ def write_report(table: Path, results: list) -> Path:
              f"{meta.get('power_limit_w', '?')} W; torch {meta.get('torch', '?')}, CUDA {meta.get('cuda', '?')}; "
              f"kernel code {meta.get('code', '?')}; updated {meta.get('updated', '?')}.", "",
              f"Command: `{meta.get('command', '?')}`", ""]
+    if len(meta.get("history") or []) > 1:  # the runs that wrote the entries, oldest first
+        lines += ["Runs that wrote this table:", ""] + [f"- {h.get('started') or '?'}: `{h['command']}`"
+                                                        for h in meta["history"]] + [""]
     plots = _plots(table, entries, results)
     for heads, top_k in sorted({(e.heads, e.top_k) for e in entries}):
         lines += [f"## H = {heads}, top-{top_k}", "",

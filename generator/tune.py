@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runtime.table import Entry, find_table, load_table, save_table, table_dir, table_path, table_paths
+from runtime.table import Entry, find_table, load_table, save_table, table_dir, table_meta, table_path, table_paths
 
 from .arch import arch_for_capability
 from .provenance import code_digest
@@ -323,13 +323,29 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
 VERIFIED = "two-sided verifier (runtime.verify) on 64 random rows and the first and last, outputs poisoned"
 
 
+HISTORY = 20  # the runs a table's "history" keeps
+
+
+def table_fields(path: Path, arch: str, meta: dict | None) -> dict:
+    """The header of the table at `path` as this run writes it: `meta` (the GPU, the software, the
+    command and when the run started), and a history of the runs that wrote its entries (a table
+    refreshed, then extended by a tune of new buckets, names both commands)."""
+    meta = meta or {}
+    old = table_meta(path)
+    history = list(old.get("history") or ([{"command": old["command"], "started": old.get("updated", "")}]
+                                          if old.get("command") else []))
+    run = {"command": meta.get("command", ""), "started": meta.get("started", "")}
+    if run["command"] and run not in history:
+        history.append(run)
+    return {"arch": arch, "updated": now(), "code": code_digest(), **meta, "history": history[-HISTORY:]}
+
+
 def record(path: Path, gpu: str, arch: str, result: BucketResult, meta: dict | None, log=print) -> None:
     """Merges a settled bucket into the table at `path`."""
     entry = result.entry(VERIFIED)
     if entry is None:
         return
-    save_table(path, gpu, merge_entries(load_table(path) or [], [entry]),
-               {"arch": arch, "updated": now(), "code": code_digest(), **(meta or {})})
+    save_table(path, gpu, merge_entries(load_table(path) or [], [entry]), table_fields(path, arch, meta))
     log(f"[{result.bucket.name}] best {entry.variant}: fused {entry.fused_ms:.3f} ms, dense {entry.dense_ms:.3f} ms "
         f"-> {entry.use} ({entry.dense_ms / entry.fused_ms:.2f}x)")
 
@@ -359,7 +375,15 @@ def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=Non
         log(f"[{bucket.name}] {e.variant}: fused {e.fused_ms:.3f} -> {new.fused_ms:.3f} ms, dense {e.dense_ms:.3f} -> "
             f"{new.dense_ms:.3f} ms: {e.use} -> {new.use}")
         fresh.append(new)
-    save_table(path, gpu, fresh, {"arch": arch, "updated": now(), "code": code_digest(), **(meta or {})})
+    save_table(path, gpu, fresh, table_fields(path, arch, meta))
+    held = {Bucket.of(e) for e in fresh}
+    missing = sorted({(b.rows, b.keys, b.requests) for b in default_buckets() if b not in held})
+    if missing:
+        shapes = " ".join("--shape " + "x".join(map(str, s if s[2] > 1 else s[:2])) for s in missing)
+        names = sorted(b.name for b in default_buckets() if b not in held)
+        log(f"{len(names)} bucket(s) of the default budget are not in this table, and a refresh re-times only what "
+            f"it holds ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}); to add them: "
+            f"python -m generator tune {shapes} --out-dir {out_dir}")
     return fresh
 
 
@@ -521,7 +545,7 @@ def main(args) -> int:
     # portable_arch: every variant was checked against the arch's limits (generator.space), so a GPU of
     # the same arch without a table of its own may borrow this one (runtime.table.table_for).
     meta = {**gpu_record(torch.cuda.current_device()), **software_record(), "portable_arch": arch.name,
-            "command": "python -m generator tune " + " ".join(sys.argv[2:])}
+            "command": "python -m generator tune " + " ".join(sys.argv[2:]), "started": now()}
     out_dir = args.out_dir or table_dir()
     log, progress, bar = (lambda s: print(s, flush=True)), (lambda: None), None
     if sys.stderr.isatty() and not (args.worker or args.gpus or args.refresh):  # a bar where someone watches

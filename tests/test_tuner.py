@@ -106,6 +106,29 @@ def test_refresh_retimes_entries_and_drops_wrong_ones(tmp_path):
     assert load_table(table_path("Fake GPU", tmp_path)) == [fresh]
 
 
+def test_a_refresh_names_the_default_buckets_its_table_lacks_and_the_table_keeps_its_runs(tmp_path):
+    from generator.tune import DEFAULT_SHAPES, default_buckets
+    from runtime.table import save_table, table_meta, table_path
+
+    held = [Entry(b.heads, b.top_k, b.rows, b.keys, default_variant(b.heads, b.top_k).name, 1.0, 2.0, requests=b.requests)
+            for b in default_buckets() if b.requests == 1]  # a table from before the packed buckets
+    path = table_path("Fake GPU", tmp_path)
+    save_table(path, "Fake GPU", held, {"arch": "sm90a", "command": "python -m generator tune", "updated": "day 1"})
+    lines = []
+    refresh(FakeMeasurer(), "Fake GPU", "sm90a", tmp_path, meta={"command": "python -m generator tune --refresh",
+                                                                 "started": "day 2"}, log=lines.append)
+    (note,) = [s for s in lines if "not in this table" in s]
+    packed = [s for s in DEFAULT_SHAPES if len(s) == 3]
+    assert packed and note.startswith(f"{6 * len(packed)} bucket(s)") and note.count("--shape") == len(packed)
+    assert "--shape 16384x32768x8" in note and "h32_k1024_m16384_n32768_q8" in note
+    history = table_meta(path)["history"]
+    assert [h["command"] for h in history] == ["python -m generator tune", "python -m generator tune --refresh"]
+    lines.clear()
+    refresh(FakeMeasurer(), "Fake GPU", "sm90a", tmp_path, meta={"command": "python -m generator tune --refresh",
+                                                                 "started": "day 2"}, log=lines.append)
+    assert len(table_meta(path)["history"]) == 2  # the same run is named once
+
+
 def test_a_one_trial_study_measures_the_arch_default():
     m = FakeMeasurer()
     tune_bucket(Bucket(32, 2048, 16384, 524288), m, "sm90a", trials=1, log=lambda s: None)
