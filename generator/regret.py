@@ -128,7 +128,11 @@ def main(args) -> int:
     arch = arch_for_capability(*device_identity(torch.cuda.current_device()).capability).name
     results = []
     for spec in args.bucket:
-        results.append(regret(Bucket(*(int(x) for x in spec.split("x"))), GpuMeasurer(), arch, args.sample, args.repeats, args.trials,
+        try:
+            bucket = Bucket(*(int(x) for x in spec.split("x")))
+        except (TypeError, ValueError):
+            raise SystemExit(f"--bucket {spec}: expected HEADSxTOPKxROWSxKEYS[xREQUESTS]") from None
+        results.append(regret(bucket, GpuMeasurer(), arch, args.sample, args.repeats, args.trials,
                               build_fn=lambda vs: build(vs), log=lambda s: print(s, flush=True)))
         if args.log:
             with open(args.log, "a") as f:

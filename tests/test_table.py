@@ -162,6 +162,9 @@ def test_decide_says_which_table_bucket_and_variant_and_why(tmp_path, monkeypatc
     assert d.path == ("fused" if d.entry.use == "fused" else "dense") and "nearest bucket" in d.why
     text = str(d)
     assert d.entry.variant in text and "fused" in text and "dense" in text
+    packed = dispatch.decide(problem(rows=16384, keys=32768, visible_keys=4096, device="cuda:0"))
+    assert packed.entry.requests == 8 and "32768 keys in 8 requests" in str(packed)  # the shipped packed bucket
+    assert packed.path == packed.entry.use
 
 
 def test_explain_on_cpu_tensors():
