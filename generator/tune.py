@@ -377,10 +377,11 @@ def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=Non
         fresh.append(new)
     save_table(path, gpu, fresh, table_fields(path, arch, meta))
     held = {Bucket.of(e) for e in fresh}
-    missing = sorted({(b.rows, b.keys, b.requests) for b in default_buckets() if b not in held})
-    if missing:
-        shapes = " ".join("--shape " + "x".join(map(str, s if s[2] > 1 else s[:2])) for s in missing)
-        names = sorted(b.name for b in default_buckets() if b not in held)
+    lacking = [b for b in default_buckets() if b not in held]
+    if lacking:
+        shapes = " ".join("--shape " + "x".join(map(str, s if s[2] > 1 else s[:2]))
+                          for s in sorted({(b.rows, b.keys, b.requests) for b in lacking}))
+        names = sorted(b.name for b in lacking)
         log(f"{len(names)} bucket(s) of the default budget are not in this table, and a refresh re-times only what "
             f"it holds ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}); to add them: "
             f"python -m generator tune {shapes} --out-dir {out_dir}")
