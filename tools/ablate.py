@@ -38,10 +38,13 @@ from tools.cli import variant_tool_parser  # noqa: E402
 NO_RELU = ([(r"s = fmaf\(w\[j\]\[c & 1\], fmaxf\(acc\[4 \* j \+ c\], 0\.f\), s\);",
              "s = fmaf(w[j][c & 1], fabsf(acc[4 * j + c]), s);")],
            "the relu's fmax (w |x| summed instead: wrong scores, the time of one FFMA an element)")
+# No epilogue arithmetic at all: each lane's totals are raw dot products (in the gated kernel the
+# gate, taken from the same raw values, still passes about as many keys): the scoring pipeline alone.
+NO_HEAD_SUMS = ([(r"sm90::row_sums<kRows, kHeads>\(acc\[s\], w, v\);",
+                  "for (int m = 0; m < Lane::kCount; ++m) v[m] = acc[s][m];")],
+                "the relu / weight / head-sum epilogue")
 DENSE_ABLATIONS = {
-    "no_head_sums": ([(r"sm90::row_sums<kRows, kHeads>\(acc\[s\], w, v\);",
-                       "for (int m = 0; m < Lane::kCount; ++m) v[m] = acc[s][m];")],
-                     "the relu / weight / head-sum epilogue"),
+    "no_head_sums": NO_HEAD_SUMS,
     "no_stores": ([(r"(out_row\[Lane::row_slot\(m\)\]\[key\[Lane::key_slot\(m\)\]\] = )", r"if (key[0] == -7) \1")],
                   "the fp32 logits stores"),
     "no_mma": ([(r"(wgmma_m64n\d+k32_e4m3\(acc, kKmajorSw128High \| \(keys_start \+ 2 \* k\), kKmajorSw128High \| \(queries_start \+ 2 \* k\), k\);)",
@@ -52,13 +55,19 @@ DENSE_ABLATIONS = {
                        "smem + kScaleRingOffset + s * kScaleTileBytes, &k_map, &scale_map, range.lo, kKeyTile);")],
                      "streaming K from L2 / HBM (every tile of a unit reloads its first)"),
 }
+NO_SCAN_APPENDS = ([(r"!\(score\[m\] < own_gate\[i\]\);", "!(score[m] < own_gate[i]) && own_gate[i] != own_gate[i];"),  # NaN: no gate yet (the sample)
+                    (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
+                   "the scan's slab appends (so the selection has nothing to select)")
 GATED_ABLATIONS = {
     "no_relu": NO_RELU,
+    "no_head_sums": NO_HEAD_SUMS,
     "no_select": ([(r"(sel::write_top_k_rows_binned<kGroupThreads, kRows, kGather, kRadixFallback>\()", r"(row0 >= 0) || \1")],
                   "the per-block selection from the slabs (no answers written)"),
-    "no_scan_appends": ([(r"!\(score\[m\] < own_gate\[i\]\);", "!(score[m] < own_gate[i]) && own_gate[i] != own_gate[i];"),  # NaN: no gate yet (the sample)
-                         (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
-                        "the scan's slab appends (so the selection has nothing to select)"),
+    "no_scan_appends": NO_SCAN_APPENDS,
+    # The scan loop's tensor-core pipeline alone (TMA ring, products, waits): no epilogue, no appends.
+    "products_only": (NO_HEAD_SUMS[0] + NO_SCAN_APPENDS[0], "the epilogue and the appends (the scan's products alone)"),
+    "no_range_checks": ([(r"pass\[m\] = key\[k\] >= own_ks\[i\] && key\[k\] < own_ke\[i\] && ", "pass[m] = ")],
+                        "the scan's visible-range test (keys past a row's end appended too)"),
     "select_histogram_only": ([(r"(\n    // 2\. Write what is above the boundary bin)", r"\n    return true;  // ablated\1")],
                               "the selection's write pass and rank step (its histogram and boundary search only)"),
     "select_no_rank": ([(r"(\n    // 3\. The boundary bin's best)", r"\n    return true;  // ablated\1")],
