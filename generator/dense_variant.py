@@ -114,7 +114,7 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
 
 
 # The short-row top-k's CTAs (the template's kShortThreads): the smallest that holds a chunk's
-# window (its longest row) serves it, where that is more than twice top_k keys.
+# window (its longest row) serves it.
 SHORT_TOPK_THREADS = (128, 256, 512)
 
 # Rows that see at most this many keys take the top-k configuration for short rows (below).

@@ -72,11 +72,12 @@ def test_every_shipped_variant_compiles(tmp_cache):
                 # first loop, loaded once (LDL.LU) a block, outside the scan (tools/sass.py --keep).
                 assert report.spill_store_bytes <= 16, (p.variant.name, kernel, report)
             elif kernel.startswith("dense_short_topk_kernel"):
-                # The short-row top-k holds a row in 32 registers a thread at 64: in its 512-thread
-                # CTA ptxas keeps one 4-byte value on the stack, stored once and loaded once a row.
-                # Holding the bin's codes as well, or the exact select's registers, spilled 100-350
-                # bytes.
-                assert report.spill_store_bytes <= 8, (p.variant.name, kernel, report)
+                # The short-row top-k holds a row in 32 registers a thread at 64: ptxas keeps up to
+                # three 4-byte per-row values on the stack (the 128-thread CTA), stored once a row
+                # and loaded at the start of each further level of its bins, outside the loops over
+                # the row's keys (tools/sass.py --keep). Holding the bin's codes as well, or the
+                # exact select's registers, spilled 100-350 bytes.
+                assert report.spill_store_bytes <= 12, (p.variant.name, kernel, report)
             elif getattr(p.variant, "mma", "wgmma") == "wgmma":  # every other Hopper kernel stays spill-free
                 assert report.clean, (p.variant.name, kernel, report)
         # ptxas serialises every wgmma of a kernel (and says so, C7514) when it cannot prove that no

@@ -96,7 +96,7 @@ HOSTILE = textwrap.dedent("""
     scale[1::13] = 0.0
     for args in ((wl.q, (wl.k_fp8, wl.k_scale), wl.weights, ks, ke), (q, (k, scale), wl.weights, wl.ks, wl.ke),
                  (q, (k, scale), wl.weights, ks, ke)):
-        if name.startswith("dense"):  # "dense told short": windows of 8,192 keys (> 2 top_k) take the short-row top-k
+        if name.startswith("dense"):  # "dense told short": windows of 8,192 keys take the short-row top-k
             out = dense_mqa_topk(*args, 2048, validate=False, max_visible_keys=8192 if "short" in name else None)
         else:
             out = fused_mqa_topk(*args, 2048, validate=False, variant=None if name == "auto" else name)
