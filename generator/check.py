@@ -125,6 +125,10 @@ def check_shipped(record, families, rows: int, keys: int) -> None:
         for i, fam in enumerate(families):
             record(verify_dense(d.heads, d.top_k, fam, rows, long, seed=500 + i, variant=d))
             record(verify_dense(d.heads, d.top_k, fam, rows, short, seed=600 + i, variant=d, told_longest_row=short))
+            # windows of 2 top_k keys (half of a full row is its answer): the short-row kernel's
+            # smallest CTA, where the k-th score lies among the row's crowd
+            record(verify_dense(d.heads, d.top_k, fam, rows, 2 * d.top_k, seed=650 + i, variant=d,
+                                told_longest_row=2 * d.top_k))
         # rows longer than the caller promised: answered from their first keys
         record(verify_dense(d.heads, d.top_k, "random", rows, keys, seed=700, variant=d, told_longest_row=keys // 2))
 
