@@ -7,7 +7,12 @@ where the window is at most the variant's short_row_keys, and the histogram one)
 dense call. Every answer verified on sampled rows with the two-sided verifier.
 
     python3 tools/short_topk.py --shape 8192x8192 --shape 16384x32768 --requests 8 \
-        [--variant mqa_dense_...] [--heads 32] [--top-k 2048]
+        [--variant mqa_dense_...] [--heads 32] [--top-k 2048] [--build prev --build new]
+
+--build NAME also times the top-k kernels of another build of each variant on the same logits:
+.ablate/<variant>/<NAME>.so, as `tools/ablate.py build VARIANT --as NAME` makes it (at the commit
+before a change, and after it). That is how a top-k change is measured against the one before it in
+one call (experiment log, "2026-12-01: the long chunks against the floor").
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ def main() -> int:
     p.add_argument("--variant", action="append", default=[], help="dense variants (default: the shipped one)")
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--top-k", type=int, default=2048)
+    p.add_argument("--build", action="append", default=[], metavar="NAME",
+                   help="also time this build of each variant (.ablate/<variant>/<NAME>.so; repeatable)")
+    p.add_argument("--out", default=".ablate", help="where --build's libraries are (default .ablate)")
     args = p.parse_args()
 
     import torch
@@ -35,7 +43,7 @@ def main() -> int:
     from generator.timing import median_ms
     from runtime.dense import run_dense
     from generator.bench import chunk_logits
-    from runtime.loader import load
+    from runtime.loader import DenseLibrary, load
     from runtime.verify import verify_topk
 
     variants = [DenseVariant.from_name(n) for n in args.variant] or [
@@ -54,17 +62,19 @@ def main() -> int:
                 lib = load(v)
                 logits, window = chunk_logits(lib, wl)
                 out = torch.empty((rows, wl.top_k), dtype=torch.int32, device="cuda")
-                name = v.name.split("_t")[-1]
-                for kernel, short_rows in (("short", True), ("histogram", False)):
-                    def topk():
-                        lib.topk(logits.data_ptr(), window, wl.ks.data_ptr(), wl.ke.data_ptr(), 0, rows, keys,
-                                 out.data_ptr(), stream, short_rows=short_rows)
-                    ms = median_ms(topk, warmup=3, reps=15, max_seconds=2.0)
-                    out.fill_(-7)
-                    topk()
-                    ok = verify_topk(out, *wl.args(), rows=range(0, rows, max(1, rows // 32))).ok
-                    bad += not ok
-                    line += f"  {name} {kernel} top-k {ms:.3f}{'' if ok else ' BAD'}"
+                builds = [(v.name.split("_t")[-1], lib)] + [
+                    (build, DenseLibrary(v, str(Path(args.out) / v.name / f"{build}.so"))) for build in args.build]
+                for name, build_lib in builds:
+                    for kernel, short_rows in (("short", True), ("histogram", False)):
+                        def topk():
+                            build_lib.topk(logits.data_ptr(), window, wl.ks.data_ptr(), wl.ke.data_ptr(), 0, rows, keys,
+                                           out.data_ptr(), stream, short_rows=short_rows)
+                        ms = median_ms(topk, warmup=3, reps=15, max_seconds=2.0)
+                        out.fill_(-7)
+                        topk()
+                        ok = verify_topk(out, *wl.args(), rows=range(0, rows, max(1, rows // 32))).ok
+                        bad += not ok
+                        line += f"  {name} {kernel} top-k {ms:.3f}{'' if ok else ' BAD'}"
                 call_ms = median_ms(lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k,
                                                       longest, variant=v), warmup=3, reps=15, max_seconds=2.0)
                 line += f"  (whole call {call_ms:.3f})"
