@@ -56,11 +56,14 @@ NEIGHBOR_AXES = ("select_warps", "sample_tiles", "stages", "buffer", "key_tile",
 # server sends"). A chunk of eight packed 4K-key requests (16K rows, each row seeing 2K-4K keys) has
 # one too: looked up in the single-request 16K x 16K bucket (the nearest by rows and longest row), it
 # took that bucket's fused variant, 0.95 ms against the dense path's 0.70 (BENCHMARKS.md, "Every
-# chunk a server sends, H200 (2026-12-01, d880b0b)"). A shape is (rows, keys) or (rows, keys,
-# requests).
+# chunk a server sends, H200 (2026-12-01, d880b0b)"). So do eight packed requests of 16K and of 64K
+# keys: their rows see nearly all of their request's keys, where a causal chunk of the same rows and
+# longest row sees half on average, and the runtime tells the two apart by the requests the keys
+# hold (Problem.packing). A shape is (rows, keys) or (rows, keys, requests).
 DEFAULT_SHAPES = ((64, 8192), (64, 32_768), (64, 131_072), (64, 524_288), (512, 8192), (512, 32_768), (512, 131_072),
                   (512, 524_288), (4096, 8192), (4096, 16_384), (16_384, 16_384), (4096, 32_768), (16_384, 32_768), (16_384, 131_072),
-                  (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576), (16_384, 32_768, 8))
+                  (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576), (16_384, 32_768, 8), (16_384, 131_072, 8),
+                  (16_384, 524_288, 8))
 
 
 @dataclass(frozen=True, order=True)

@@ -28,6 +28,15 @@ class Problem(NamedTuple):
         """The most keys a row sees: as measured or told, else the chunk's keys (an upper bound)."""
         return self.keys if self.visible_keys is None else self.visible_keys
 
+    @property
+    def packing(self) -> int:
+        """How many rows' worth of the longest row the key buffer holds, rounded: the number of
+        requests a chunk packs where they are alike (a server lays each request's keys after the
+        last's), 1 for one request or where the longest row is not known. Read from the shapes and
+        the caller's max_visible_keys, so it costs no readback; dispatch looks buckets up by it."""
+        longest = self.longest_row
+        return max(1, round(self.keys / longest)) if longest > 0 else 1
+
 
 def _tensor(name: str, x, dtype: torch.dtype, ndim: int) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):

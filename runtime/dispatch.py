@@ -65,11 +65,14 @@ class Decision:
 
 
 def decide(problem: Problem) -> Decision:
-    """The path for this problem, and why. Buckets are looked up by the rows and the most keys one
-    row sees (Problem.longest_row), the shape the tuner's causal chunks have: a chunk of packed
-    requests is timed like one request of the longest one's length, not of the chunk's total keys."""
+    """The path for this problem, and why. Buckets are looked up by the rows, the most keys one row
+    sees (Problem.longest_row) and how many such requests the chunk's keys hold (Problem.packing),
+    the shapes the tuner's chunks have: a chunk of packed requests is not timed like one request of
+    the chunk's total keys."""
     whence = "the chunk's N (no max_visible_keys, not validated)" if problem.visible_keys is None else "measured or told"
-    return replace(_decision(problem), looked_up=f"{problem.rows} rows, longest row {problem.longest_row} keys ({whence})")
+    packed = f", {problem.keys} keys: {problem.packing} requests of it" if problem.packing > 1 else ""
+    return replace(_decision(problem),
+                   looked_up=f"{problem.rows} rows, longest row {problem.longest_row} keys ({whence}){packed}")
 
 
 def _decision(problem: Problem) -> Decision:
@@ -84,18 +87,20 @@ def _decision(problem: Problem) -> Decision:
         return Decision(None, f"the inputs are on {problem.device}, not a CUDA GPU")
     identity = device_identity(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
     choice, mtime = current_table(identity)
-    return _decide(path, identity, choice, mtime, problem.heads, problem.top_k, problem.rows, problem.longest_row)
+    return _decide(path, identity, choice, mtime, problem.heads, problem.top_k, problem.rows, problem.longest_row,
+                   problem.packing)
 
 
 @lru_cache(maxsize=4096)
 def _decide(path: str, identity, choice: TableChoice, mtime: int, heads: int, top_k: int, rows: int,
-            longest_row: int) -> Decision:
-    problem = Problem(rows=rows, keys=longest_row, heads=heads, top_k=top_k, device=torch.device("cuda"))
+            longest_row: int, packing: int) -> Decision:
+    problem = Problem(rows=rows, keys=longest_row * packing, heads=heads, top_k=top_k, device=torch.device("cuda"),
+                      visible_keys=longest_row)
     entries = load_table(choice.path) or []
     table = f"{choice.path} ({choice.why})" if choice.path else choice.why
     if identity.arch is None:
         return Decision(None, f"{identity.name} has no fp8 tensor cores (needs sm_89+)", identity.key, table)
-    entry = nearest(entries, heads, top_k, rows, longest_row)
+    entry = nearest(entries, heads, top_k, rows, longest_row, packing)
     stale = is_stale(entry)
     if stale and str(choice.path) not in _warned_stale:
         _warned_stale.add(str(choice.path))
@@ -148,8 +153,8 @@ def select_variant(entries: list[Entry], arch: str | None, problem: Problem, for
     cores); None means dense. force_fused takes the variant even where dense won, or the default."""
     if arch is None:
         return None
-    return entry_variant(nearest(entries, problem.heads, problem.top_k, problem.rows, problem.longest_row), arch,
-                         problem, force_fused)
+    return entry_variant(nearest(entries, problem.heads, problem.top_k, problem.rows, problem.longest_row,
+                                 problem.packing), arch, problem, force_fused)
 
 
 def is_stale(entry: Entry | None) -> bool:

@@ -213,16 +213,18 @@ def save_table(path: Path, identity: str, entries: list[Entry], meta: dict) -> N
     os.replace(tmp, path)
 
 
-def nearest(entries: list[Entry], heads: int, top_k: int, rows: int, keys: int) -> Entry | None:
-    """The entry for these heads and top_k whose (rows, longest row) is nearest on a log scale to
-    (rows, keys), `keys` being the most keys one row of the call sees. A chunk of packed short
-    requests has more rows than its longest row sees keys, which no single causal request has: the
-    tuner's packed buckets are its neighbours there."""
+def nearest(entries: list[Entry], heads: int, top_k: int, rows: int, keys: int, packing: int = 1) -> Entry | None:
+    """The entry for these heads and top_k whose (rows, longest row, requests) is nearest on a log
+    scale to (rows, keys, packing): `keys` the most keys one row of the call sees, `packing` how many
+    such rows' keys the call's key buffer holds (Problem.packing). Eight packed 2K-row requests of
+    16K keys and one causal 16K x 16K chunk have the same rows and longest row, but the packed rows
+    see 14K-16K keys each and the causal ones 0-16K: the request count tells them apart."""
     same = [e for e in entries if e.heads == heads and e.top_k == top_k]
     if not same:
         return None
 
     def distance(e: Entry) -> float:
-        return math.log2(max(rows, 1) / e.rows) ** 2 + math.log2(max(keys, 1) / e.longest_row) ** 2
+        return (math.log2(max(rows, 1) / e.rows) ** 2 + math.log2(max(keys, 1) / e.longest_row) ** 2
+                + math.log2(max(packing, 1) / e.requests) ** 2)
 
     return min(same, key=distance)

@@ -92,11 +92,25 @@ def test_a_chunk_of_packed_requests_is_looked_up_by_its_longest_row():
     single = [entry(rows=16384, keys=16384), entry(rows=4096, keys=8192), entry(rows=16384, keys=131072)]
     packed = replace(entry(rows=16384, keys=32768), requests=8)  # eight 4K-key requests
     assert packed.longest_row == 4096 and packed.bucket[-1] == 8
-    assert nearest(single, 32, 2048, 16384, 4096).keys == 16384  # without it: the single 16K x 16K bucket
-    assert nearest(single + [packed], 32, 2048, 16384, 4096) == packed
-    assert nearest(single + [packed], 32, 2048, 8192, 4096) == packed  # rows > longest row: only packing does that
+    assert nearest(single, 32, 2048, 16384, 4096, 8).keys == 16384  # without it: the single 16K x 16K bucket
+    assert nearest(single + [packed], 32, 2048, 16384, 4096, 8) == packed
+    assert nearest(single + [packed], 32, 2048, 8192, 4096, 8) == packed
     assert nearest(single + [packed], 32, 2048, 16384, 16384).requests == 1
     assert nearest(single + [packed], 32, 2048, 4096, 8192).requests == 1
+    # eight 2K-row requests of 16K keys: the rows and longest row of the causal 16K x 16K chunk, but
+    # twice its keys a row; the requests tell them apart
+    packed16 = replace(entry(rows=16384, keys=131072), requests=8)
+    assert nearest(single + [packed, packed16], 32, 2048, 16384, 16384, 8) == packed16
+    assert nearest(single + [packed, packed16], 32, 2048, 16384, 16384, 1).bucket == (32, 2048, 16384, 16384, 1)
+
+
+def test_the_requests_a_chunk_packs_come_from_its_shapes():
+    def packing(keys, visible):
+        return problem(rows=16384, keys=keys, visible_keys=visible).packing
+
+    assert packing(131072, 16384) == 8  # eight requests of 16K keys side by side
+    assert packing(131072, None) == 1  # the longest row not known: one request of all the keys
+    assert packing(16384, 16384) == 1 and packing(100_000, 30_000) == 3 and packing(1000, 0) == 1
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -120,6 +134,9 @@ def test_dispatch_rules():
     assert select_variant(table, "sm90a", problem(keys=8000), force_fused=True) == Variant.from_name(dense_wins.variant)
     # a chunk of packed requests is looked up by its longest row, not its total keys
     assert select_variant(table, "sm90a", problem(keys=200_000, visible_keys=8000)) is None
+    packed_wins = replace(entry(keys=32768, fused=1.0, dense=2.0), requests=8)  # eight 4K-key requests
+    assert select_variant(table + [packed_wins], "sm90a", problem(keys=32768, visible_keys=4096)) is not None
+    assert select_variant(table + [packed_wins], "sm90a", problem(keys=4096, visible_keys=4096)) is None
     assert select_variant(table, None, problem()) is None  # no fp8 tensor cores
     assert select_variant([], "sm90a", problem()) is None  # no table for this GPU
     assert select_variant(table, "sm100a", problem()) is None  # a table of another arch's builds

@@ -7,7 +7,12 @@ where the window is at most the variant's short_row_keys, and the histogram one)
 dense call. Every answer verified on sampled rows with the two-sided verifier.
 
     python3 tools/short_topk.py --shape 8192x8192 --shape 16384x32768 --requests 8 \
-        [--variant mqa_dense_...] [--heads 32] [--top-k 2048] [--build prev --build new]
+        [--variant mqa_dense_...] [--heads 32] [--top-k 2048] [--build prev --build new] [--floor]
+
+--floor also times the logits kernel alone over the same chunk and takes the fp8 floor (2 x heads x
+128 FLOPs a visible pair at `_scaled_mm`'s rate sustained over 3 s, measured first): each kernel's
+share of it, the whole call's, and the most the call could reach with its top-k as it is and a
+logits kernel at the floor. That is where a short chunk's time goes, and its limit on this design.
 
 --build NAME also times the top-k kernels of another build of each variant on the same logits:
 .ablate/<variant>/<NAME>.so, as `tools/ablate.py build VARIANT --as NAME` makes it (at the commit
@@ -34,13 +39,16 @@ def main() -> int:
     p.add_argument("--build", action="append", default=[], metavar="NAME",
                    help="also time this build of each variant (.ablate/<variant>/<NAME>.so; repeatable)")
     p.add_argument("--out", default=".ablate", help="where --build's libraries are (default .ablate)")
+    p.add_argument("--floor", action="store_true",
+                   help="also the logits kernel alone, and every time against the sustained fp8 floor")
     args = p.parse_args()
 
     import torch
 
     from generator.dense_variant import DenseVariant, default_dense_variant
     from generator.sweep import Shape, chunk
-    from generator.timing import median_ms
+    from generator.bench import scaled_mm_tflops
+    from generator.timing import median_ms, visible_pairs
     from runtime.dense import run_dense
     from generator.bench import chunk_logits
     from runtime.loader import DenseLibrary, load
@@ -52,7 +60,9 @@ def main() -> int:
     builds = {v.name: [(v.name.split("_t")[-1], load(v))] + [
         (build, DenseLibrary(v, str(Path(args.out) / v.name / f"{build}.so"))) for build in args.build]
         for v in variants}
-    print(f"{torch.cuda.get_device_name()}; ms, median of event-timed calls", flush=True)
+    rate = scaled_mm_tflops(seconds=3.0) if args.floor else None
+    print(f"{torch.cuda.get_device_name()}; ms, median of event-timed calls"
+          + (f"; _scaled_mm sustained {rate:.0f} TFLOP/s over 3 s" if rate else ""), flush=True)
     bad = 0
     for spec in args.shape or ["8192x8192"]:
         rows, keys = (int(x) for x in spec.split("x"))
@@ -62,8 +72,16 @@ def main() -> int:
             longest = wl.longest_row()
             stream = torch.cuda.current_stream().cuda_stream
             line = f"q{requests} {rows:>6} x {keys:>7} (longest row {longest:>6}):"
+            floor_ms = 2 * wl.heads * 128 * visible_pairs(wl.ks, wl.ke) / (rate * 1e12) * 1e3 if rate else None
+            if floor_ms:
+                line += f"  floor {floor_ms:.4f}"
             for v in variants:
-                logits, window = chunk_logits(builds[v.name][0][1], wl)
+                shipped = builds[v.name][0][1]
+                logits, window = chunk_logits(shipped, wl)
+                served = None  # the top-k the whole call runs: the short-row one where the window fits it
+                if floor_ms:
+                    logits_ms = median_ms(lambda: chunk_logits(shipped, wl, logits), warmup=3, reps=15, max_seconds=2.0)
+                    line += f"  logits {logits_ms:.3f} ({floor_ms / logits_ms:.2f} of the floor)"
                 out = torch.empty((rows, wl.top_k), dtype=torch.int32, device="cuda")
                 for name, build_lib in builds[v.name]:
                     for kernel, short_rows in (("short", True), ("histogram", False)):
@@ -76,9 +94,15 @@ def main() -> int:
                         ok = verify_topk(out, *wl.args(), rows=range(0, rows, max(1, rows // 32))).ok
                         bad += not ok
                         line += f"  {name} {kernel} top-k {ms:.3f}{'' if ok else ' BAD'}"
+                        if build_lib is shipped and short_rows == (window <= shipped.short_row_keys):
+                            served = ms
                 call_ms = median_ms(lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k,
                                                       longest, variant=v), warmup=3, reps=15, max_seconds=2.0)
-                line += f"  (whole call {call_ms:.3f})"
+                line += f"  (whole call {call_ms:.3f}"
+                if floor_ms:
+                    line += (f", {floor_ms / call_ms:.2f} of the floor; a logits kernel at the floor and this top-k: "
+                             f"{floor_ms / (floor_ms + served):.2f}")
+                line += ")"
                 del logits
             print(line, flush=True)
     return 1 if bad else 0
