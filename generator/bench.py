@@ -75,16 +75,21 @@ def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=Non
     return median_ms(run, warmup=2, reps=10)
 
 
-def chunk_logits(lib, wl, out: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+def chunk_logits(lib, wl) -> tuple[torch.Tensor, int]:
     """The whole chunk's logits by `lib`'s logits kernel, as one piece in windows of its longest row
-    (the dense path's layout), and the window; into `out` where given (a buffer it made before, so
-    that the kernel can be timed alone)."""
+    (the dense path's layout), and the window."""
     window = logits_window(wl.longest_row(), wl.keys)
-    logits = torch.empty(wl.rows * window, dtype=torch.float32, device="cuda") if out is None else out
-    q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
-    lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(), wl.ke.data_ptr(),
-               logits.data_ptr(), window, 0, wl.rows, wl.rows, wl.keys, torch.cuda.current_stream().cuda_stream)
+    logits = torch.empty(wl.rows * window, dtype=torch.float32, device="cuda")
+    logits_launch(lib, wl, logits, window)()
     return logits, window
+
+
+def logits_launch(lib, wl, logits: torch.Tensor, window: int):
+    """chunk_logits' launch into `logits` as a closure, with nothing read back (to time the kernel alone)."""
+    q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
+    stream = torch.cuda.current_stream().cuda_stream
+    return lambda: lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(),
+                              wl.ke.data_ptr(), logits.data_ptr(), window, 0, wl.rows, wl.rows, wl.keys, stream)
 
 
 def topk_alone_ms(wl) -> float:

@@ -489,6 +489,14 @@ def parse_shapes(specs: list[str] | None) -> tuple:
     return tuple(shapes)
 
 
+def untuned(buckets: list[Bucket], path: Path) -> list[Bucket]:
+    """The buckets the table at `path` holds no entry for that was measured for this kernel code
+    (what `tune --resume` still tunes)."""
+    code = code_digest()
+    held = {Bucket.of(e) for e in load_table(path) or [] if e.code == code}
+    return [b for b in buckets if b not in held]
+
+
 def default_buckets(heads=None, top_k=None, shapes=DEFAULT_SHAPES) -> list[Bucket]:
     return [Bucket(h, k, *shape) for h in (heads or AXES["heads"]) for k in (top_k or AXES["top_k"]) for shape in shapes]
 
@@ -517,6 +525,10 @@ def add_arguments(p) -> None:
     p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: FUSED_MQA_TOPK_TABLES, else ~/.local/share/fused-mqa-topk/tables; the shipped table: runtime/tuned_configs)")
     p.add_argument("--refresh", action="store_true",
                    help="re-time the table's variants against today's dense path instead of searching")
+    p.add_argument("--resume", action="store_true",
+                   help="skip the buckets the --out-dir table already holds for this kernel code: run the same "
+                        "command again to finish a run cut short (by --time-budget, a job's time limit, a lost "
+                        "machine); for a fresh table, start from an empty --out-dir")
 
 
 def main(args) -> int:
@@ -551,20 +563,25 @@ def main(args) -> int:
     meta = {**gpu_record(torch.cuda.current_device()), **software_record(), "portable_arch": arch.name,
             "command": "python -m generator tune " + " ".join(sys.argv[2:]), "started": now()}
     out_dir = args.out_dir or table_dir()
+    path = table_path(gpu, out_dir)
+    buckets = default_buckets(args.heads, args.top_k, parse_shapes(args.shape))
+    if args.resume:
+        todo = untuned(buckets, path)
+        print(f"resuming: {len(buckets) - len(todo)} of {len(buckets)} buckets are in {path} for this kernel code; "
+              f"{len(todo)} to tune", flush=True)
+        buckets = todo
     log, progress, bar = (lambda s: print(s, flush=True)), (lambda: None), None
     if sys.stderr.isatty() and not (args.worker or args.gpus or args.refresh):  # a bar where someone watches
         from tqdm import tqdm
 
-        bar = tqdm(total=len(default_buckets(args.heads, args.top_k, parse_shapes(args.shape))) * args.trials,
-                   desc="tune", unit="trial", file=sys.stderr)
+        bar = tqdm(total=len(buckets) * args.trials, desc="tune", unit="trial", file=sys.stderr)
         log, progress = bar.write, (lambda: bar.update(1))
     if args.refresh:
         print(f"refreshing {table_path(gpu, out_dir)} on {gpu}", flush=True)
         fresh = refresh(GpuMeasurer(), gpu, arch.name, out_dir, build_fn=lambda vs: build(vs), meta=meta,
                         log=lambda s: print(s, flush=True))
         return 0 if fresh else 1
-    buckets = default_buckets(args.heads, args.top_k, parse_shapes(args.shape))
-    path = table_path(gpu, out_dir)
+
     def study_of(bucket, storage):  # the bucket's study, the table's current choice its incumbent
         return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, [path, find_table(gpu)]), gpu=gpu)
 

@@ -226,6 +226,20 @@ def test_time_budget_stops_between_buckets(tmp_path):
     assert len(results) == 1 and any("budget" in s for s in logs)
 
 
+def test_resume_tunes_only_the_buckets_the_table_lacks_for_this_code(tmp_path):
+    from generator.provenance import code_digest
+    from generator.tune import untuned
+    from runtime.table import save_table, table_path
+
+    done, stale, missing = Bucket(32, 512, 4096, 32768), Bucket(64, 512, 4096, 32768), Bucket(32, 512, 16384, 131072, 8)
+    entry = Entry(32, 512, 4096, 32768, default_variant(32, 512).name, 1.0, 2.0, code=code_digest())
+    path = table_path("Fake GPU", tmp_path)
+    save_table(path, "Fake GPU", [entry, replace(entry, heads=64, variant=default_variant(64, 512).name,
+                                                 code="older-kernels")], {"arch": "sm90a"})
+    assert untuned([done, stale, missing], path) == [stale, missing]  # measured for other code: tuned again
+    assert untuned([done, missing], tmp_path / "none.json") == [done, missing]
+
+
 def test_a_stored_study_resumes(tmp_path):
     storage = f"sqlite:///{tmp_path / 'tune.db'}"
     bucket = Bucket(64, 2048, 4096, 65536)
