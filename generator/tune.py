@@ -472,6 +472,34 @@ def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
     return sorted(out, key=lambda v: v.name)
 
 
+def first_candidates(buckets: list[Bucket], arch: str, tables: list[Path]) -> list[Variant]:
+    """What the buckets' studies measure first where the table's choice stays the best: each one's
+    starting points, its table choice (table_choice) and that choice's one-axis neighbours. `tune`
+    compiles them in one parallel build before it searches: the search builds each batch before it
+    times it, so a batch of new variants waits for its slowest nvcc, bucket after bucket, where one
+    build up front keeps every core busy."""
+    out: set[Variant] = set()
+    for b in buckets:
+        out.update(starting_points(b.heads, b.top_k, arch))
+        choice = table_choice(b, tables)
+        if choice is not None and choice.arch == arch and rejection_reason(choice) is None:
+            out.add(choice)
+            out.update(neighbors(choice, NEIGHBOR_AXES))
+    return sorted(out, key=lambda v: v.name)
+
+
+def prebuild(variants: list[Variant], build_fn, log=print) -> None:
+    """Compiles `variants` at once (those not in the cache); a failure is left to the search, which
+    builds each batch it measures again and reports it there."""
+    from .build import BuildError
+
+    log(f"compiling the {len(variants)} variants the studies measure first, where not in the cache")
+    try:
+        build_fn(variants)
+    except BuildError as err:
+        log(f"not all of them built ({err}); the search builds its batches as it goes")
+
+
 def parse_shapes(specs: list[str] | None) -> tuple:
     """--shape MxN or MxNxQ values (none: DEFAULT_SHAPES)."""
     if not specs:
@@ -569,6 +597,8 @@ def main(args) -> int:
         todo = untuned(buckets, path)
         print(f"resuming: {len(buckets) - len(todo)} of {len(buckets)} buckets are in {path} for this kernel code; "
               f"{len(todo)} to tune", flush=True)
+        if not todo:
+            return 0
         buckets = todo
     log, progress, bar = (lambda s: print(s, flush=True)), (lambda: None), None
     if sys.stderr.isatty() and not (args.worker or args.gpus or args.refresh):  # a bar where someone watches
@@ -591,6 +621,7 @@ def main(args) -> int:
             search_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), arch.name, args.trials,
                           build_fn=lambda vs: build(vs), log=log)
         return 0
+    prebuild(first_candidates(buckets, arch.name, [path, find_table(gpu)]), lambda vs: build(vs), log)
     if args.gpus:
         url = args.storage or f"{JOURNAL}{out_dir / 'tune-journal.log'}"
         n, per_gpu = gpu_count(args.gpus), max(1, args.workers_per_gpu)

@@ -226,6 +226,30 @@ def test_time_budget_stops_between_buckets(tmp_path):
     assert len(results) == 1 and any("budget" in s for s in logs)
 
 
+def test_tune_compiles_first_what_each_study_measures_first(tmp_path):
+    from generator.build import BuildError
+    from generator.tune import first_candidates, prebuild
+    from runtime.table import save_table, table_path
+
+    bucket, other = Bucket(32, 512, 4096, 32768), Bucket(64, 2048, 4096, 32768)
+    choice = neighbors(default_variant(32, 512), NEIGHBOR_AXES)[0]
+    path = table_path("Fake GPU", tmp_path)
+    save_table(path, "Fake GPU", [Entry(32, 512, 4096, 32768, choice.name, 1.0, 2.0)], {"arch": "sm90a"})
+    got = set(first_candidates([bucket, other], "sm90a", [path]))
+    assert set(starting_points(32, 512, "sm90a")) | set(starting_points(64, 2048, "sm90a")) <= got
+    assert choice in got and set(neighbors(choice, NEIGHBOR_AXES)) <= got
+    assert got == set(starting_points(32, 512, "sm90a")) | set(starting_points(64, 2048, "sm90a")) | {choice} | set(
+        neighbors(choice, NEIGHBOR_AXES))  # nothing of buckets not being tuned
+    built, logs = [], []
+    prebuild(sorted(got, key=lambda v: v.name), built.append, logs.append)
+    assert built == [sorted(got, key=lambda v: v.name)] and str(len(got)) in logs[0]
+
+    def failing(variants):
+        raise BuildError("nvcc not found")
+    prebuild([choice], failing, logs.append)  # a failed build is left to the search
+    assert "not all of them built" in logs[-1]
+
+
 def test_resume_tunes_only_the_buckets_the_table_lacks_for_this_code(tmp_path):
     from generator.provenance import code_digest
     from generator.tune import untuned
