@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runtime.table import Entry, find_table, load_table, save_table, table_dir, table_meta, table_path, table_paths
+from runtime.table import (Entry, find_table, load_table, longest_row, save_table, table_dir, table_meta, table_path,
+                           table_paths)
 
 from .arch import arch_for_capability
 from .provenance import code_digest
@@ -80,7 +81,7 @@ class Bucket:
 
     @property
     def longest_row(self) -> int:
-        return self.keys // self.requests
+        return longest_row(self.keys, self.requests)
 
     @staticmethod
     def of(entry: Entry) -> "Bucket":

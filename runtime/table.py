@@ -28,6 +28,11 @@ TABLE_ENVIRONMENT = (TABLE_DIR_ENV, "XDG_DATA_HOME", "HOME")  # the variables th
 SHIPPED_TABLES = resources.files("runtime") / "tuned_configs"
 
 
+def longest_row(keys: int, requests: int) -> int:
+    """The most keys a row of a tuned chunk sees: it packs `requests` causal requests of keys / requests each."""
+    return keys // requests
+
+
 @dataclass(frozen=True)
 class Entry:
     heads: int
@@ -50,7 +55,7 @@ class Entry:
     @property
     def longest_row(self) -> int:
         """The most keys a row of the bucket's chunk sees: what the runtime looks buckets up by."""
-        return self.keys // self.requests
+        return longest_row(self.keys, self.requests)
 
     @property
     def bucket(self) -> tuple:
