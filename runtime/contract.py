@@ -30,7 +30,7 @@ class Problem(NamedTuple):
 
     @property
     def packing(self) -> int:
-        """How many rows' worth of the longest row the key buffer holds, rounded: the number of
+        """How many times the key buffer holds the longest row's keys, rounded: the number of
         requests a chunk packs where they are alike (a server lays each request's keys after the
         last's), 1 for one request or where the longest row is not known. Read from the shapes and
         the caller's max_visible_keys, so it costs no readback; dispatch looks buckets up by it."""

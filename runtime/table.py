@@ -221,7 +221,7 @@ def save_table(path: Path, identity: str, entries: list[Entry], meta: dict) -> N
 def nearest(entries: list[Entry], heads: int, top_k: int, rows: int, keys: int, packing: int = 1) -> Entry | None:
     """The entry for these heads and top_k whose (rows, longest row, requests) is nearest on a log
     scale to (rows, keys, packing): `keys` the most keys one row of the call sees, `packing` how many
-    such rows' keys the call's key buffer holds (Problem.packing). Eight packed 2K-row requests of
+    times the call's key buffer holds that many keys (Problem.packing). Eight packed 2K-row requests of
     16K keys and one causal 16K x 16K chunk have the same rows and longest row, but the packed rows
     see 14K-16K keys each and the causal ones 0-16K: the request count tells them apart."""
     same = [e for e in entries if e.heads == heads and e.top_k == top_k]
