@@ -25,7 +25,7 @@ from runtime.verify import verify_topk
 from runtime.workloads import make_workload
 
 from .dense_variant import DenseVariant
-from .timing import median_ms, scoring_tflops, visible_pairs
+from .timing import median_ms, scoring_floor_ms, scoring_tflops, visible_pairs
 from .space import default_variant
 from .variant import Variant
 
@@ -157,7 +157,7 @@ def main(args) -> int:
             for top_k in args.top_k:
                 wl = make_workload("random", rows, keys, heads, top_k, seed=1, device="cuda")
                 pairs = visible_pairs(wl.ks, wl.ke)
-                floor_ms = 2 * heads * 128 * pairs / (peak * 1e12) * 1e3
+                floor_ms = scoring_floor_ms(pairs, heads, peak)
                 sustained_floor_ms = floor_ms * peak / sustained
                 lg = logits_only_ms(wl, args.budget)
                 for name in args.dense:

@@ -74,7 +74,7 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
     from runtime.verify import verify_topk
 
     from .bench import scaled_mm_tflops
-    from .timing import median_ms, visible_pairs
+    from .timing import median_ms, scoring_floor_ms, visible_pairs
 
     rate = scaled_mm_tflops(seconds=sustain_s)
     print(f"{torch.cuda.get_device_name()}: _scaled_mm sustained {rate:.0f} TFLOP/s over {sustain_s:.0f} s", flush=True)
@@ -92,7 +92,7 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
         ok = all(verify_topk(path(*args, validate=False, max_visible_keys=longest), *args, rows=sample).ok
                  for path in (fused_mqa_topk, dense_mqa_topk))  # (what was timed)
         bad += not ok
-        floor_ms = 2 * shape.heads * 128 * visible_pairs(wl.ks, wl.ke) / (rate * 1e12) * 1e3
+        floor_ms = scoring_floor_ms(visible_pairs(wl.ks, wl.ke), shape.heads, rate)
         decision = explain(*args, max_visible_keys=longest)  # (what AUTO ran, for reading the times)
         result = {**asdict(shape), "auto_path": decision.variant.name if decision.variant else "dense",
                   "auto_ms": auto_ms, "dense_ms": dense_ms, "floor_ms": floor_ms,

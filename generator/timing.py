@@ -41,3 +41,8 @@ def visible_pairs(ks: torch.Tensor, ke: torch.Tensor) -> int:
 def scoring_tflops(pairs: int, heads: int, ms: float) -> float:
     """Scoring rate over visible pairs: 2 * heads * 128 FLOPs each."""
     return 2 * heads * 128 * pairs / (ms * 1e-3) / 1e12
+
+
+def scoring_floor_ms(pairs: int, heads: int, tflops: float) -> float:
+    """The time scoring `pairs` visible pairs takes at `tflops` (scoring_tflops' inverse): the fp8 floor."""
+    return 2 * heads * 128 * pairs / (tflops * 1e12) * 1e3

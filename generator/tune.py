@@ -608,7 +608,7 @@ def main(args) -> int:
         bar = tqdm(total=len(buckets) * args.trials, desc="tune", unit="trial", file=sys.stderr)
         log, progress = bar.write, (lambda: bar.update(1))
     if args.refresh:
-        print(f"refreshing {table_path(gpu, out_dir)} on {gpu}", flush=True)
+        print(f"refreshing {path} on {gpu}", flush=True)
         fresh = refresh(GpuMeasurer(), gpu, arch.name, out_dir, build_fn=lambda vs: build(vs), meta=meta,
                         log=lambda s: print(s, flush=True))
         return 0 if fresh else 1

@@ -47,10 +47,9 @@ def main() -> int:
 
     from generator.dense_variant import DenseVariant, default_dense_variant
     from generator.sweep import Shape, chunk
-    from generator.bench import scaled_mm_tflops
-    from generator.timing import median_ms, visible_pairs
+    from generator.bench import chunk_logits, logits_launch, scaled_mm_tflops
+    from generator.timing import median_ms, scoring_floor_ms, visible_pairs
     from runtime.dense import run_dense
-    from generator.bench import chunk_logits, logits_launch
     from runtime.loader import DenseLibrary, load
     from runtime.verify import verify_topk
 
@@ -72,7 +71,7 @@ def main() -> int:
             longest = wl.longest_row()
             stream = torch.cuda.current_stream().cuda_stream
             line = f"q{requests} {rows:>6} x {keys:>7} (longest row {longest:>6}):"
-            floor_ms = 2 * wl.heads * 128 * visible_pairs(wl.ks, wl.ke) / (rate * 1e12) * 1e3 if rate else None
+            floor_ms = scoring_floor_ms(visible_pairs(wl.ks, wl.ke), wl.heads, rate) if rate else None
             if floor_ms:
                 line += f"  floor {floor_ms:.4f}"
             for v in variants:
