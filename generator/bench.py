@@ -59,8 +59,8 @@ def scaled_mm_tflops(n: int = 8192, seconds: float = 0.0) -> float:
 
 
 def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=None) -> float:
-    """The logits kernel over every piece of the dense path, without the top-k (`lib`: an already
-    opened DenseLibrary, e.g. a patched build, instead of the variant's)."""
+    """The logits kernel over every piece of the dense path, without the top-k, on the GPU alone
+    (`lib`: an already opened DenseLibrary, e.g. a patched build, instead of the variant's)."""
     lib = lib or load(variant or dense_variant_for(wl.q.device, wl.heads, wl.top_k))
     q, k, s = _aligned(wl.q), _aligned(wl.k_fp8), _aligned(wl.k_scale)
     window, per = window_pieces(wl.rows, wl.keys, wl.longest_row(), budget)  # as the dense path plans them
@@ -72,7 +72,7 @@ def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=Non
             lib.logits(q.data_ptr(), k.data_ptr(), s.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(),
                        wl.ke.data_ptr(), logits.data_ptr(), window, r0, min(per, wl.rows - r0), wl.rows, wl.keys, stream)
 
-    return median_ms(run, warmup=2, reps=10)
+    return median_ms(run, warmup=2, reps=10, hide_launch=True)
 
 
 def chunk_logits(lib, wl) -> tuple[torch.Tensor, int]:

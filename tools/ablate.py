@@ -9,7 +9,7 @@ variants (..._m<n>) time the whole launch and report how many blocks took the re
 ablation must not change.
 
     python tools/ablate.py build VARIANT... --out .ablate        # here: render, patch, compile
-    python tools/ablate.py time VARIANT... --out .ablate --shape 16384x131072   # on the GPU
+    python tools/ablate.py time VARIANT... --out .ablate --shape 16384x131072 [--requests 8]   # on the GPU
 
 To time a change against the commit before it, build the unpatched source of each as a named build
 (`build VARIANT --as prev` at the old commit, `--as new` after the change), then `time VARIANT
@@ -131,16 +131,16 @@ def cmd_time(args) -> int:
     from generator.timing import median_ms, scoring_tflops, visible_pairs
     from runtime.fused import launch_variant
     from runtime.loader import DenseLibrary, KernelLibrary
-    from runtime.workloads import make_workload
+    from runtime.workloads import packed_workload
 
     variant = spec_from_name(args.variant)
     dense = isinstance(variant, DenseVariant)
     folder = Path(args.out) / variant.name
     table = ablations(variant)
     print(f"torch._scaled_mm fp8: {scaled_mm_tflops():.0f} TFLOP/s on {torch.cuda.get_device_name()}")
-    for spec in args.shape:
+    for spec, requests in ((spec, requests) for spec in args.shape for requests in args.requests or [1]):
         rows, keys = (int(x) for x in spec.split("x"))
-        wl = make_workload("random", rows, keys, variant.heads, variant.top_k, seed=1, device="cuda")
+        wl = packed_workload(rows, keys, variant.heads, variant.top_k, requests, seed=1, device="cuda")
         pairs = visible_pairs(wl.ks, wl.ke)
         base = None
         for name in args.only or ["baseline", *table]:
@@ -157,11 +157,11 @@ def cmd_time(args) -> int:
                                stats=stats)
                 # (with 5 runs, repeated readings of one build varied by 2-5%: experiment log,
                 # "2026-11-30: loose sample select")
-                ms = median_ms(run, warmup=2, reps=15, max_seconds=3.0)
+                ms = median_ms(run, warmup=2, reps=15, max_seconds=3.0, hide_launch=True)
                 note = f", {stats['rescan_blocks']} blocks rescanned, {stats['split_blocks']} split"
             base = base if base is not None else ms  # the first timed build is the reference
             what = table[name][1] if name in table else ""
-            print(f"{variant.name} {rows}x{keys} {name:>15}: {ms:7.2f} ms ({scoring_tflops(pairs, variant.heads, ms):4.0f} "
+            print(f"{variant.name} {requests} x {rows // requests}x{keys // requests} {name:>15}: {ms:7.2f} ms ({scoring_tflops(pairs, variant.heads, ms):4.0f} "
                   f"TFLOP/s{note}) {ms - base:+7.2f} ms vs baseline  {('without ' + what) if what else ''}", flush=True)
     return 0
 
@@ -169,6 +169,8 @@ def cmd_time(args) -> int:
 def main() -> int:
     p = variant_tool_parser(__doc__, ("build", "time"))
     p.add_argument("--only", action="append", help="time only these builds (baseline, an ablation's or an --as name)")
+    p.add_argument("--requests", type=int, action="append", default=[],
+                   help="time: each shape also as this many packed requests (rows and keys split evenly)")
     p.add_argument("--as", dest="as_name", help="build: only the unpatched source, as <AS>.so (e.g. prev, new)")
     args = p.parse_args()
     rc = 0
