@@ -293,6 +293,12 @@ def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
     return list(merged.values())
 
 
+def incumbent_tables(gpu: str, out_dir: Path) -> list[Path | None]:
+    """Where a study looks for its bucket's incumbent (table_choice): the run's own table, then the
+    one the runtime reads for this GPU (the user's, else the shipped one)."""
+    return [table_path(gpu, out_dir), find_table(gpu)]
+
+
 def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
     """The variant the first of `tables` that holds `bucket` names for it: a study's own table, then the
     shipped one, so that a study written to a fresh --out-dir still measures what the runtime runs
@@ -310,13 +316,14 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
     """Tunes each bucket in turn, rewriting the table after each; once the time budget is spent, the
     buckets not yet started are skipped (the first always runs)."""
     path = table_path(gpu, out_dir)
+    tables = incumbent_tables(gpu, out_dir)
     results = []
     start = time.monotonic()
     for bucket in buckets:
         if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
             break
-        incumbent = table_choice(bucket, [path, find_table(gpu)])
+        incumbent = table_choice(bucket, tables)
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent,
                         gpu=gpu, log=log, progress=progress)
         results.append(r)
@@ -454,6 +461,12 @@ class GpuMeasurer:
         return Comparison(statistics.median(f), spread(f), statistics.median(d), spread(d))
 
 
+def with_neighbors(choice: Variant) -> set[Variant]:
+    """A table's choice and its one-axis neighbours: what a study whose incumbent it is measures
+    first after the starting points."""
+    return {choice, *neighbors(choice, NEIGHBOR_AXES)}
+
+
 def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
     """What a default study is likely to measure before optuna's sampler starts, for every heads and
     top_k: the starting points, the tables' current choices and those choices' one-axis neighbours.
@@ -468,8 +481,7 @@ def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
             out.update(starting_points(h, k, arch))
             for v in chosen:
                 if (v.arch, v.heads, v.top_k) == (arch, h, k):
-                    out.add(v)
-                    out.update(neighbors(v, NEIGHBOR_AXES))
+                    out.update(with_neighbors(v))
     return sorted(out, key=lambda v: v.name)
 
 
@@ -484,8 +496,7 @@ def first_candidates(buckets: list[Bucket], arch: str, tables: list[Path]) -> li
         out.update(starting_points(b.heads, b.top_k, arch))
         choice = table_choice(b, tables)
         if choice is not None and choice.arch == arch and rejection_reason(choice) is None:
-            out.add(choice)
-            out.update(neighbors(choice, NEIGHBOR_AXES))
+            out.update(with_neighbors(choice))
     return sorted(out, key=lambda v: v.name)
 
 
@@ -613,8 +624,10 @@ def main(args) -> int:
                         log=lambda s: print(s, flush=True))
         return 0 if fresh else 1
 
+    tables = incumbent_tables(gpu, out_dir)
+
     def study_of(bucket, storage):  # the bucket's study, the table's current choice its incumbent
-        return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, [path, find_table(gpu)]), gpu=gpu)
+        return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, tables), gpu=gpu)
 
     if args.worker:  # search only: the process that started the workers settles and writes
         storage = storage_for(args.storage)
@@ -622,7 +635,7 @@ def main(args) -> int:
             search_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), arch.name, args.trials,
                           build_fn=lambda vs: build(vs), log=log)
         return 0
-    prebuild(first_candidates(buckets, arch.name, [path, find_table(gpu)]), lambda vs: build(vs), log)
+    prebuild(first_candidates(buckets, arch.name, tables), lambda vs: build(vs), log)
     if args.gpus:
         url = args.storage or f"{JOURNAL}{out_dir / 'tune-journal.log'}"
         n, per_gpu = gpu_count(args.gpus), max(1, args.workers_per_gpu)
