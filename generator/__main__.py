@@ -173,6 +173,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sample-rows", type=int, default=48, help="rows verified in a --large chunk")
     p.add_argument("--time", action="append", default=[], metavar="MxN", help="time fused vs dense on a causal chunk")
     p.add_argument("--log", help="append JSON lines here")
+    p.add_argument("--resume", action="store_true",
+                   help="skip the checks --log already records as passed for this kernel code (finishes a run "
+                        "cut short by a time limit)")
+    p.add_argument("--time-budget", type=float, metavar="MIN",
+                   help="start no check after this many minutes (exit status 3 if some were left: --resume runs them)")
     p.set_defaults(fn=cmd_check)
 
     from .bench import add_arguments as bench_arguments

@@ -4,13 +4,21 @@ The GPU machine is lent by the minute, so one command does everything: build the
 reuse the carried cache), run every workload family through each variant and verify it with the
 reference (poisoned outputs, so unwritten elements show), spot-check large chunks, and time fused
 against dense on causal chunks. A table goes to stdout; JSON lines to --log.
+
+Every check is planned by name before any runs (`Pending`), so that a run cut short by the lent
+machine's time limit is finished by the same command with --resume: the checks the log already
+holds as passed, for this kernel code, are not run again. --time-budget stops starting checks in
+time for the log to be complete.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -22,6 +30,7 @@ from runtime.workloads import FAMILIES, make_workload
 
 from .arch import arch_for_capability
 from .dense_variant import DenseVariant
+from .provenance import code_digest
 from .space import AXES, default_variants
 from .timing import median_ms, scoring_tflops, visible_pairs
 from .variant import Variant
@@ -38,6 +47,43 @@ class Check:
 
     def line(self) -> str:
         return f"{'PASS' if self.ok else 'FAIL'}  {self.what:60s} {self.detail}"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A check not yet run: its name (what its Check will be called) and how to run it."""
+
+    what: str
+    run: Callable[[], Check]
+
+
+# A check's name says what it ran, its seed included: --resume skips by name, so no two checks of a
+# run may share one.
+def variant_check_name(variant: Variant, family: str, rows: int, keys: int, seed: int) -> str:
+    return f"{variant.name} {family} M={rows} N={keys} seed={seed}"
+
+
+def dense_check_name(name: str, family: str, rows: int, keys: int, seed: int, told_longest_row: int | None) -> str:
+    told = f" told {told_longest_row}" if told_longest_row is not None else ""
+    return f"{name} {family} M={rows} N={keys}{told} seed={seed}"
+
+
+def passed_in_log(path: str | Path, code: str) -> set[str]:
+    """The checks a --log file records as passed for kernel code `code` (lines of other code, failed
+    checks, timings and lines cut short by a killed run are not)."""
+    done: set[str] = set()
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return done
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and entry.get("ok") is True and entry.get("code") == code and "check" in entry:
+            done.add(entry["check"])
+    return done
 
 
 def run_poisoned(variant: Variant, wl, stats: dict | None = None) -> torch.Tensor:
@@ -74,7 +120,7 @@ def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: in
     if "rescan_blocks" in stats:
         blocks = -(-rows // variant.rows)
         detail += f"; rescanned {stats['rescan_blocks']}/{blocks} row blocks, {stats['split_blocks']} split"
-    return Check(f"{variant.name} {family} M={rows} N={keys}", report.ok and not poisoned, detail, stats)
+    return Check(variant_check_name(variant, family, rows, keys, seed), report.ok and not poisoned, detail, stats)
 
 
 def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed: int,
@@ -94,43 +140,65 @@ def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed
         wl = replace(wl, ke=torch.minimum(wl.ke, wl.ks + logits_window(told_longest_row, keys)))
     report = verify_topk(out, *wl.args())
     name = variant.name if variant else f"dense h{heads} k{top_k}"
-    told = f" told {told_longest_row}" if told_longest_row is not None else ""
-    return Check(f"{name} {family} M={rows} N={keys}{told}", report.ok and not poisoned,
+    return Check(dense_check_name(name, family, rows, keys, seed, told_longest_row), report.ok and not poisoned,
                  report.summary() + (f"; {poisoned} unwritten" if poisoned else ""))
 
 
-def split_tail_rows(variant: Variant, tail_blocks: int = 3) -> int:
-    """Rows whose blocks fill one round of this GPU's CTAs and leave `tail_blocks` more: the tail a
-    selector-warp kernel cuts into parts of their keys."""
-    return (torch.cuda.get_device_properties(0).multi_processor_count + tail_blocks) * variant.rows
+def split_tail_rows(variant: Variant, tail_blocks: int = 3, sms: int | None = None) -> int:
+    """Rows whose blocks fill one round of this GPU's CTAs (`sms`: its SM count, asked of device 0
+    by default) and leave `tail_blocks` more: the tail a selector-warp kernel cuts into parts of
+    their keys."""
+    sms = sms if sms is not None else torch.cuda.get_device_properties(0).multi_processor_count
+    return (sms + tail_blocks) * variant.rows
 
 
-def check_shipped(record, families, rows: int, keys: int) -> None:
+def pending_variant(variant: Variant, family: str, rows: int, keys: int, seed: int, **kw) -> Pending:
+    return Pending(variant_check_name(variant, family, rows, keys, seed),
+                   lambda: verify_variant(variant, family, rows, keys, seed, **kw))
+
+
+def pending_split_tail(variant: Variant, family: str, sms: int) -> Pending:
+    """The variant on a launch whose tail is split: random scores split its three tail blocks; rising
+    scores and all_equal may overflow slabs and have their blocks rescanned instead."""
+    rows = split_tail_rows(variant, sms=sms)
+
+    def run() -> Check:
+        c = verify_variant(variant, family, rows, 140_000, seed=7, sample_rows=48, tail_rows=True)
+        split = family != "random" or c.stats.get("split_blocks") == 3
+        return Check(c.what + " (split tail)", c.ok and split, c.detail)
+
+    return Pending(variant_check_name(variant, family, rows, 140_000, 7) + " (split tail)", run)
+
+
+def pending_dense(d: DenseVariant, family: str, rows: int, keys: int, seed: int, told: int | None = None) -> Pending:
+    return Pending(dense_check_name(d.name, family, rows, keys, seed, told),
+                   lambda: verify_dense(d.heads, d.top_k, family, rows, keys, seed, variant=d, told_longest_row=told))
+
+
+def shipped_checks(families: Iterable[str], rows: int, keys: int, sms: int) -> list[Pending]:
     """Every variant a tuned table dispatches or a default names, and every dense variant: each on
     every family (all_equal overflows every slab: rescans), and each selector-warp variant on a
-    launch whose tail is split (random scores: three blocks split; rising scores and all_equal:
-    slabs may overflow and their blocks be rescanned)."""
+    launch whose tail is split (on a GPU of `sms` SMs)."""
     from .shipped import shipped_dense_variants, shipped_variants
 
+    families = list(families)
+    checks = []
     for v in shipped_variants():
         for i, fam in enumerate(families):
-            record(verify_variant(v, fam, rows, max(keys, 4 * v.top_k) if fam == "short_rows" else keys, seed=400 + i))
+            checks.append(pending_variant(v, fam, rows, max(keys, 4 * v.top_k) if fam == "short_rows" else keys, 400 + i))
         if v.select_warps:
-            for fam in ("random", "increasing", "all_equal"):
-                c = verify_variant(v, fam, split_tail_rows(v), 140_000, seed=7, sample_rows=48, tail_rows=True)
-                split = fam != "random" or c.stats.get("split_blocks") == 3  # random rows: the tail is split
-                record(Check(c.what + " (split tail)", c.ok and split, c.detail))
+            checks += [pending_split_tail(v, fam, sms) for fam in ("random", "increasing", "all_equal")]
     for d in shipped_dense_variants():  # each top-k kernel: the histogram one (rows too long to hold), the short-row one
         short, long = min(keys, d.short_row_keys), max(keys, d.short_row_keys + 1000)
         for i, fam in enumerate(families):
-            record(verify_dense(d.heads, d.top_k, fam, rows, long, seed=500 + i, variant=d))
-            record(verify_dense(d.heads, d.top_k, fam, rows, short, seed=600 + i, variant=d, told_longest_row=short))
+            checks.append(pending_dense(d, fam, rows, long, 500 + i))
+            checks.append(pending_dense(d, fam, rows, short, 600 + i, told=short))
             # windows of 2 top_k keys (half of a full row is its answer): the short-row kernel's
             # smallest CTA, where the k-th score lies among the row's crowd
-            record(verify_dense(d.heads, d.top_k, fam, rows, 2 * d.top_k, seed=650 + i, variant=d,
-                                told_longest_row=2 * d.top_k))
+            checks.append(pending_dense(d, fam, rows, 2 * d.top_k, 650 + i, told=2 * d.top_k))
         # rows longer than the caller promised: answered from their first keys
-        record(verify_dense(d.heads, d.top_k, "random", rows, keys, seed=700, variant=d, told_longest_row=keys // 2))
+        checks.append(pending_dense(d, "random", rows, keys, 700, told=keys // 2))
+    return checks
 
 
 def time_pair(variant: Variant, rows: int, keys: int, seed: int = 0) -> dict:
@@ -144,13 +212,31 @@ def time_pair(variant: Variant, rows: int, keys: int, seed: int = 0) -> dict:
             "dense_tflops": scoring_tflops(pairs, variant.heads, dense_ms)}
 
 
+def run_checks(pending: list[Pending], record, done: set[str], budget_s: float | None) -> list[Pending]:
+    """Runs each pending check not in `done` through `record`, starting none after `budget_s`
+    seconds; returns those not started."""
+    t0 = time.monotonic()
+    for i, c in enumerate(pending):
+        if c.what in done:
+            continue
+        if budget_s is not None and time.monotonic() - t0 > budget_s:
+            return [c for c in pending[i:] if c.what not in done]
+        record(c.run())
+    return []
+
+
 def main(args) -> int:
+    if args.resume and not args.log:
+        print("check: --resume reads the checks already passed from --log; give --log FILE")
+        return 2
     if not torch.cuda.is_available():
         print("check needs a CUDA GPU (it runs kernels); without one, run the CPU tests (README).")
         return 2
     arch = arch_for_capability(*torch.cuda.get_device_capability())
     variants = [Variant.from_name(n) for n in args.variant] or [
         v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k, arch.name)]
+    code = code_digest()
+    done = passed_in_log(args.log, code) if args.resume else set()
     log = open(args.log, "a") if args.log else None
     checks: list[Check] = []
     t0 = time.time()
@@ -159,35 +245,44 @@ def main(args) -> int:
         checks.append(c)
         print(c.line(), flush=True)
         if log:
-            log.write(json.dumps({"check": c.what, "ok": c.ok, "detail": c.detail}) + "\n")
+            log.write(json.dumps({"check": c.what, "ok": c.ok, "detail": c.detail, "code": code}) + "\n")
+            log.flush()  # (a run killed at the machine's time limit keeps what it finished)
 
     families = args.family or list(FAMILIES)
+    pending: list[Pending] = []
     if args.shipped:
-        check_shipped(record, families, args.rows, args.keys)
+        pending += shipped_checks(families, args.rows, args.keys, torch.cuda.get_device_properties(0).multi_processor_count)
         variants = []
     for v in variants:
         for i, fam in enumerate(families):
-            rows, keys = (args.rows, args.keys) if fam != "short_rows" else (args.rows, max(args.keys, 4 * v.top_k))
-            record(verify_variant(v, fam, rows, keys, seed=100 + i))
+            keys = args.keys if fam != "short_rows" else max(args.keys, 4 * v.top_k)
+            pending.append(pending_variant(v, fam, args.rows, keys, 100 + i))
     if args.dense:
         for i, fam in enumerate(families):
-            record(verify_dense(32, 2048, fam, args.rows, args.keys, seed=200 + i))
+            pending.append(Pending(dense_check_name("dense h32 k2048", fam, args.rows, args.keys, 200 + i, None),
+                                   partial(verify_dense, 32, 2048, fam, args.rows, args.keys, 200 + i)))
     for spec in args.large:
         rows, keys = (int(x) for x in spec.split("x"))
-        for v in variants:
-            record(verify_variant(v, "random", rows, keys, seed=7, sample_rows=args.sample_rows))
-    timings = []
-    for spec in args.time:
+        pending += [pending_variant(v, "random", rows, keys, 7, sample_rows=args.sample_rows) for v in variants]
+    resumed = sum(c.what in done for c in pending)
+    left = run_checks(pending, record, done, args.time_budget and args.time_budget * 60)
+    for spec in args.time if not left else []:
         rows, keys = (int(x) for x in spec.split("x"))
         for v in variants:
             t = time_pair(v, rows, keys)
-            timings.append(t)
             print(f"TIME  {v.name} M={rows} N={keys}: fused {t['fused_ms']:.3f} ms ({t['fused_tflops']:.0f} TFLOP/s), "
                   f"dense {t['dense_ms']:.3f} ms ({t['dense_tflops']:.0f} TFLOP/s), speedup {t['speedup']:.2f}x", flush=True)
             if log:
                 log.write(json.dumps({"timing": t, "gpu": torch.cuda.get_device_name()}) + "\n")
     failed = [c for c in checks if not c.ok]
-    print(f"\n{len(checks) - len(failed)}/{len(checks)} checks passed in {time.time() - t0:.0f} s on {torch.cuda.get_device_name()}")
+    passed = len(checks) - len(failed) + resumed
+    print(f"\n{passed}/{len(pending)} checks passed ({resumed} of them in {args.log} before this run, for code "
+          f"{code}; {len(checks)} run now in {time.time() - t0:.0f} s on {torch.cuda.get_device_name()})"
+          if resumed else
+          f"\n{passed}/{len(pending)} checks passed in {time.time() - t0:.0f} s on {torch.cuda.get_device_name()}")
     for c in failed:
         print(c.line())
-    return 1 if failed else 0
+    if left:
+        print(f"{len(left)} checks not started within the time budget (next: {left[0].what}); "
+              f"run the same command with --resume to finish them")
+    return 1 if failed else 3 if left else 0
