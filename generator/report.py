@@ -1,8 +1,8 @@
 """The tuner's report, written next to its table: <GPU>-report.md, and plots where matplotlib is.
 
 Per bucket: the variant chosen, fused against dense with their spreads, the path taken, how many
-candidates the study measured (and how many it rejected, failed or stopped early), and when and for
-which kernel code it was measured. With matplotlib: fused and dense ms against keys per heads and
+candidates the study measured (and how many it rejected, failed or stopped early), the GPU seconds it
+took, and when and for which kernel code it was measured; for this run's studies, where the time went. With matplotlib: fused and dense ms against keys per heads and
 top-k, and per bucket tuned in this run optuna's optimisation history and parameter importances.
 """
 
@@ -30,26 +30,39 @@ def write_report(table: Path, results: list) -> Path:
     plots = _plots(table, entries, results)
     for heads, top_k in sorted({(e.heads, e.top_k) for e in entries}):
         lines += [f"## H = {heads}, top-{top_k}", "",
-                  "| rows | keys | variant | fused ms | dense ms | path | speed-up | trials | measured | code |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| rows | keys | variant | fused ms | dense ms | path | speed-up | trials | GPU s | measured | code |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for e in (e for e in entries if (e.heads, e.top_k) == (heads, top_k)):
             keys = f"{e.keys} ({e.requests} requests)" if e.requests > 1 else e.keys
             lines.append(f"| {e.rows} | {keys} | `{e.variant}` | {e.fused_ms:.3f} +-{e.fused_spread:.1%} | "
                          f"{e.dense_ms:.3f} +-{e.dense_spread:.1%} | {e.use} | {e.dense_ms / e.fused_ms:.2f}x | "
-                         f"{e.trials or '-'} | {e.measured or '-'} | {e.code or '-'} |")
+                         f"{e.trials or '-'} | {f'{e.tune_s:.0f}' if e.tune_s else '-'} | {e.measured or '-'} | {e.code or '-'} |")
         lines += [f"![fused and dense, H = {heads}, top-{top_k}]({p.name})" for p in plots.get((heads, top_k), [])]
         lines.append("")
     if results:
-        lines += ["## This run's studies", "", "| bucket | measured | rejected | failed | stopped early | plots |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += ["## This run's studies", "",
+                  "| bucket | measured | rejected | failed | stopped early | search s | settle s | plots |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in results:
             names = " ".join(f"[{p.stem.rsplit('-', 1)[-1]}]({p.name})" for p in plots.get(r.bucket.name, []))
-            lines.append(f"| {r.bucket.name} | {r.trials} | {r.rejected} | {r.failed} | {r.pruned} | {names or '-'} |")
-        lines.append("")
+            lines.append(f"| {r.bucket.name} | {r.trials} | {r.rejected} | {r.failed} | {r.pruned} | "
+                         f"{r.search_s:.0f} | {r.settle_s:.0f} | {names or '-'} |")
+        lines += ["", _time_summary(results, meta.get("search_wall_s")), ""]
     if not plots:
         lines.append("(No plots: matplotlib is not installed; `pip install matplotlib` and tune again.)")
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+def _time_summary(results: list, workers_wall_s: float | None) -> str:
+    """Where this run's GPU time went: in total, and the buckets that took most (what to cut when a
+    run must fit a time limit)."""
+    total = sum(r.search_s + r.settle_s for r in results)
+    slowest = sorted(results, key=lambda r: r.search_s + r.settle_s, reverse=True)[:3]
+    most = ", ".join(f"{r.bucket.name} {r.search_s + r.settle_s:.0f} s" for r in slowest)
+    workers = f" after the workers' search of {workers_wall_s:.0f} s" if workers_wall_s and not any(
+        r.search_s for r in results) else ""
+    return f"This run spent {total:.0f} s on {len(results)} buckets{workers}; most: {most}."
 
 
 def _plots(table: Path, entries, results) -> dict:

@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -142,6 +142,8 @@ class BucketResult:
     failed: int
     pruned: int = 0
     study: object = None  # the optuna study (for the report's plots)
+    search_s: float = 0.0  # wall seconds of the search here (0: searched by workers, or not searched)
+    settle_s: float = 0.0  # wall seconds of the settling (Measurer.compare)
 
     def entry(self, verified: str = "") -> Entry | None:
         if self.best is None or self.comparison is None:
@@ -149,7 +151,7 @@ class BucketResult:
         b, c = self.bucket, self.comparison
         return Entry(b.heads, b.top_k, b.rows, b.keys, self.best.name, round(c.fused_ms, 4), round(c.dense_ms, 4),
                      round(c.fused_spread, 4), round(c.dense_spread, 4), now(), code_digest(), self.trials, verified,
-                     b.requests)
+                     b.requests, round(self.search_s + self.settle_s, 1))
 
 
 def now() -> str:
@@ -271,10 +273,12 @@ def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> Bucke
     if not complete:
         return BucketResult(bucket, None, None, c["measured"], c["rejected"], c["failed"], c["pruned"], study)
     best = Variant.from_name(min(complete, key=lambda t: t.value).user_attrs["variant"])
+    start = time.monotonic()
     comparison = measurer.compare(best, bucket)
     log(f"[{bucket.name}] {best.name}: fused {comparison.fused_ms:.3f} ms (+-{comparison.fused_spread:.1%}), dense "
         f"{comparison.dense_ms:.3f} ms (+-{comparison.dense_spread:.1%}), timed alike")
-    return BucketResult(bucket, best, comparison, c["measured"], c["rejected"], c["failed"], c["pruned"], study)
+    return BucketResult(bucket, best, comparison, c["measured"], c["rejected"], c["failed"], c["pruned"], study,
+                        settle_s=time.monotonic() - start)
 
 
 def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
@@ -282,8 +286,10 @@ def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batc
                 log=print, progress=lambda: None) -> BucketResult:
     """One bucket's study: search it (search_bucket), then settle it (settle_bucket)."""
     study = open_study(bucket, arch, storage, seed, incumbent, gpu)
+    start = time.monotonic()
     search_bucket(study, bucket, measurer, arch, trials, batch, build_fn, log, progress)
-    return settle_bucket(study, bucket, measurer, log)
+    searched = time.monotonic() - start
+    return replace(settle_bucket(study, bucket, measurer, log), search_s=searched)
 
 
 def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
@@ -376,12 +382,13 @@ def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=Non
     fresh = []
     for e in entries:
         bucket = Bucket.of(e)
+        start = time.monotonic()
         try:
             c = measurer.compare(Variant.from_name(e.variant), bucket)
         except VerificationError as err:
             log(f"[{bucket.name}] {e.variant}: WRONG ({err}); entry dropped")
             continue
-        result = BucketResult(bucket, Variant.from_name(e.variant), c, e.trials, 0, 0)
+        result = BucketResult(bucket, Variant.from_name(e.variant), c, e.trials, 0, 0, settle_s=time.monotonic() - start)
         new = result.entry(VERIFIED)
         log(f"[{bucket.name}] {e.variant}: fused {e.fused_ms:.3f} -> {new.fused_ms:.3f} ms, dense {e.dense_ms:.3f} -> "
             f"{new.dense_ms:.3f} ms: {e.use} -> {new.use}")

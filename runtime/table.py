@@ -51,6 +51,10 @@ class Entry:
     trials: int = 0  # fused variants measured in the bucket's study
     verified: str = ""  # what the winner's output passed
     requests: int = 1  # requests packed side by side in the bucket's chunk (tune.Bucket)
+    # Wall seconds the run that wrote the entry spent on its bucket on the GPU: the study's search
+    # (the builds it waited for included) and the settling; where workers searched (their wall time
+    # is the table's search_wall_s) or a refresh re-timed it, the settling only.
+    tune_s: float = 0.0
 
     @property
     def longest_row(self) -> int:

@@ -466,3 +466,37 @@ def test_the_report_draws_its_plots_where_matplotlib_is(tmp_path):
     pngs = {p.name for p in tmp_path.glob("*.png")}
     assert {"Fake_GPU-h32-k512.png", "Fake_GPU-h32_k512_m4096_n32768-history.png"} <= pngs
     assert all(name in text for name in pngs)
+
+
+def test_entries_and_the_report_say_where_the_gpu_time_went(tmp_path, monkeypatch):
+    """Each entry records its bucket's wall seconds (search and settling; a refresh: its re-timing),
+    and the report sums this run's and names the buckets that took most."""
+    import generator.tune as tune
+    from generator.report import write_report
+    from runtime.table import table_path
+
+    clock = [0.0]
+    monkeypatch.setattr(tune.time, "monotonic", lambda: clock[0])
+
+    class Clocked(FakeMeasurer):  # a fused timing takes a second per chunk key in 32K; settling 10 s
+        def fused_samples(self, v, bucket):
+            for ms in super().fused_samples(v, bucket):
+                clock[0] += bucket.keys / 32768
+                yield ms
+
+        def compare(self, v, bucket):
+            clock[0] += 10
+            return super().compare(v, bucket)
+
+    small, large = Bucket(32, 512, 4096, 32768), Bucket(32, 512, 16384, 131072)
+    results = run([small, large], Clocked(dense=1.2), "Fake GPU", "sm90a", trials=3, out_dir=tmp_path, log=lambda s: None)
+    entries = {e.keys: e for e in load_table(table_path("Fake GPU", tmp_path))}
+    for r in results:
+        samples = 3 * r.trials * r.bucket.keys / 32768  # (FakeMeasurer: 3 timings a candidate, none stopped early)
+        assert (r.search_s, r.settle_s) == (pytest.approx(samples), 10)
+        assert entries[r.bucket.keys].tune_s == pytest.approx(samples + 10, abs=0.05)
+    text = write_report(table_path("Fake GPU", tmp_path), results).read_text()
+    total = sum(r.search_s + r.settle_s for r in results)
+    assert f"This run spent {total:.0f} s on 2 buckets; most: {large.name}" in text
+    (fresh, _) = sorted(refresh(Clocked(dense=1.2), "Fake GPU", "sm90a", tmp_path, log=lambda s: None), key=lambda e: e.keys)
+    assert fresh.tune_s == 10  # re-timed only
