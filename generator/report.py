@@ -47,14 +47,14 @@ def write_report(table: Path, results: list) -> Path:
             names = " ".join(f"[{p.stem.rsplit('-', 1)[-1]}]({p.name})" for p in plots.get(r.bucket.name, []))
             lines.append(f"| {r.bucket.name} | {r.trials} | {r.rejected} | {r.failed} | {r.pruned} | "
                          f"{r.search_s:.0f} | {r.settle_s:.0f} | {names or '-'} |")
-        lines += ["", _time_summary(results, meta.get("search_wall_s")), ""]
+        lines += ["", time_summary(results, meta.get("search_wall_s")), ""]
     if not plots:
         lines.append("(No plots: matplotlib is not installed; `pip install matplotlib` and tune again.)")
     out.write_text("\n".join(lines) + "\n")
     return out
 
 
-def _time_summary(results: list, workers_wall_s: float | None) -> str:
+def time_summary(results: list, workers_wall_s: float | None) -> str:
     """Where this run's GPU time went: in total, and the buckets that took most (what to cut when a
     run must fit a time limit)."""
     total = sum(r.search_s + r.settle_s for r in results)

@@ -664,9 +664,11 @@ def main(args) -> int:
                       progress=progress)
     if bar is not None:
         bar.close()
-    from .report import write_report
+    from .report import time_summary, write_report
 
     log(f"report: {write_report(path, results)}")
+    if results:
+        log(time_summary(results, table_meta(path).get("search_wall_s")))
     tuned = [r for r in results if r.best is not None]
     log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; table: {path}")
     return 0 if len(tuned) == len(buckets) else 1
