@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
@@ -124,12 +125,17 @@ def spread(times: list[float]) -> float:
 def tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, list]:
     """Per tuned axis, the values that occur in at least one valid variant (the rest would only
     ever be rejected)."""
+    return {a: list(values) for a, values in _tunable_choices(arch, heads, top_k).items()}
+
+
+@lru_cache(maxsize=None)  # (a walk over the whole space, about 0.4 s: once per heads and top_k, not per bucket)
+def _tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, tuple]:
     seen: dict[str, set] = {a: set() for a in TUNED_AXES}
     for v, reason in enumerate_space(arch=arch, heads=heads, top_k=top_k):
         if reason is None:
             for a in TUNED_AXES:
                 seen[a].add(getattr(v, a))
-    return {a: sorted(values) for a, values in seen.items()}
+    return {a: tuple(sorted(values)) for a, values in seen.items()}
 
 
 @dataclass
