@@ -1,9 +1,10 @@
 """The tuner's report, written next to its table: <GPU>-report.md, and plots where matplotlib is.
 
 Per bucket: the variant chosen, fused against dense with their spreads, the path taken, how many
-candidates the study measured (and how many it rejected, failed or stopped early), the GPU seconds it
-took, and when and for which kernel code it was measured; for this run's studies, where the time went. With matplotlib: fused and dense ms against keys per heads and
-top-k, and per bucket tuned in this run optuna's optimisation history and parameter importances.
+candidates the study measured (and how many it rejected, failed or stopped early), the GPU seconds
+it took, and when and for which kernel code it was measured; for this run's studies, where the time
+went. With matplotlib: fused and dense ms against keys per heads and top-k, and per bucket tuned in
+this run optuna's optimisation history and parameter importances.
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ def write_report(table: Path, results: list) -> Path:
 
 def time_summary(results: list, workers_wall_s: float | None) -> str:
     """Where this run's GPU time went: in total, and the buckets that took most (what to cut when a
-    run must fit a time limit)."""
+    run must fit a time limit). workers_wall_s: the search's wall time where workers searched (the
+    table header's search_wall_s, which only such a run writes)."""
     total = sum(r.search_s + r.settle_s for r in results)
     slowest = sorted(results, key=lambda r: r.search_s + r.settle_s, reverse=True)[:3]
     most = ", ".join(f"{r.bucket.name} {r.search_s + r.settle_s:.0f} s" for r in slowest)
-    workers = f" after the workers' search of {workers_wall_s:.0f} s" if workers_wall_s and not any(
-        r.search_s for r in results) else ""
+    workers = f" after the workers' search of {workers_wall_s:.0f} s" if workers_wall_s else ""
     return f"This run spent {total:.0f} s on {len(results)} buckets{workers}; most: {most}."
 
 
