@@ -3,8 +3,9 @@
 Name: mqa_dense_sm90a_h32_k2048_r4_g4x1_q2_s4_t512_b8192_rc32 = arch, heads, top_k, rows per
 block, math warpgroups x key slices per warpgroup (64 keys each), Q stages, K stages, top-k threads,
 top-k candidate buffer, and the logits each thread of the short-row top-k holds in registers (it
-serves chunks whose rows see at most 256 times that, in the smaller CTA, 128 or 256 threads, that
-holds their longest row). With two or more slices a warpgroup keeps one slice's products in flight
+serves chunks whose rows see at most 512 times that, in the smallest CTA, 128, 256 or 512 threads,
+that holds their longest row; windows of at most 1,024 keys at top-512 take a 128-thread CTA of 8
+logits a thread). With two or more slices a warpgroup keeps one slice's products in flight
 while it reduces another's (software pipelining across the tensor cores and the epilogue).
 """
 
@@ -38,9 +39,12 @@ class DenseVariant:
     template = "dense_mqa_topk_sm90.cu.j2"
     @property
     def kernels(self) -> tuple[str, ...]:
-        """The __global__ functions a build holds (the short-row top-k once per CTA size: as its
-        mangled names read in ptxas's report)."""
-        return ("dense_logits_kernel", "dense_topk_kernel", *(f"dense_short_topk_kernelILi{t}E" for t in SHORT_TOPK_THREADS))
+        """The __global__ functions a build holds (the short-row top-k once per CTA: as its mangled
+        names read in ptxas's report)."""
+        threads, held = SHORT_TOPK_SMALL_CTA
+        small = (f"dense_short_topk_kernelILi{threads}ELi{held}E",) if threads * held > self.top_k else ()
+        return ("dense_logits_kernel", "dense_topk_kernel",
+                *(f"dense_short_topk_kernelILi{t}ELi{self.reg_cached}E" for t in SHORT_TOPK_THREADS), *small)
     _PATTERN = re.compile(
         r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)x(?P<slices>\d+)"
         r"_q(?P<q_stages>\d+)_s(?P<kv_stages>\d+)_t(?P<topk_threads>\d+)_b(?P<topk_buffer>\d+)"
@@ -114,8 +118,10 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
 
 
 # The short-row top-k's CTAs (the template's kShortThreads): the smallest that holds a chunk's
-# window (its longest row) serves it.
+# window (its longest row) serves it; windows it holds with fewer logits a thread than top_k keys
+# take the small CTA (the template's 128 threads of kSmallHeld logits) before them.
 SHORT_TOPK_THREADS = (128, 256, 512)
+SHORT_TOPK_SMALL_CTA = (128, 8)
 
 # Rows that see at most this many keys take the top-k configuration for short rows (below).
 SHORT_ROW_KEYS = 32_768

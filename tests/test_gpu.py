@@ -9,7 +9,7 @@ import torch
 
 from conftest import requires_gpu
 from generator import check
-from generator.dense_variant import default_dense_variant
+from generator.dense_variant import SHORT_TOPK_SMALL_CTA, SHORT_TOPK_THREADS, default_dense_variant
 from generator.space import AXES, default_variant, default_variants, kernel_kinds, rejection_reason
 from runtime import dense_mqa_topk, fused_mqa_topk
 from runtime.verify import verify_topk
@@ -69,9 +69,13 @@ def test_dense_path_on_the_gpu():
 def test_the_short_row_top_k_on_the_gpu(family, top_k):
     """The dense top-k for rows told to be short (a row in registers), over poisoned outputs: rows of at
     most its capacity (spread scores: the k-th's bin gathered; ties: its exact select over the
-    registers) and rows longer than the caller said (its exact route over memory)."""
+    registers) and rows longer than the caller said (its exact route over memory); in each of its CTAs,
+    at the longest window it holds and a little less (the small CTA's at top-512)."""
     variant = default_dense_variant(32, top_k, short_rows=True)
-    for keys, told in ((variant.short_row_keys, variant.short_row_keys), (20_000, variant.short_row_keys)):
+    threads, held = SHORT_TOPK_SMALL_CTA
+    holds = sorted({threads * held, *(t * variant.reg_cached for t in SHORT_TOPK_THREADS)})
+    windows = [(w - d, w - d) for w in holds for d in (0, 36) if w - d > top_k]
+    for keys, told in (*windows, (20_000, variant.short_row_keys)):
         c = check.verify_dense(32, top_k, family, 384, keys, seed=3, variant=variant, told_longest_row=told)
         assert c.ok, c.line()
 
