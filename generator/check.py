@@ -17,7 +17,6 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -63,7 +62,9 @@ def variant_check_name(variant: Variant, family: str, rows: int, keys: int, seed
     return f"{variant.name} {family} M={rows} N={keys} seed={seed}"
 
 
-def dense_check_name(name: str, family: str, rows: int, keys: int, seed: int, told_longest_row: int | None) -> str:
+def dense_check_name(heads: int, top_k: int, variant: DenseVariant | None, family: str, rows: int, keys: int,
+                     seed: int, told_longest_row: int | None) -> str:
+    name = variant.name if variant else f"dense h{heads} k{top_k}"
     told = f" told {told_longest_row}" if told_longest_row is not None else ""
     return f"{name} {family} M={rows} N={keys}{told} seed={seed}"
 
@@ -139,8 +140,8 @@ def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed
     if told_longest_row is not None:  # the ranges as the window cuts them
         wl = replace(wl, ke=torch.minimum(wl.ke, wl.ks + logits_window(told_longest_row, keys)))
     report = verify_topk(out, *wl.args())
-    name = variant.name if variant else f"dense h{heads} k{top_k}"
-    return Check(dense_check_name(name, family, rows, keys, seed, told_longest_row), report.ok and not poisoned,
+    return Check(dense_check_name(heads, top_k, variant, family, rows, keys, seed, told_longest_row),
+                 report.ok and not poisoned,
                  report.summary() + (f"; {poisoned} unwritten" if poisoned else ""))
 
 
@@ -170,9 +171,10 @@ def pending_split_tail(variant: Variant, family: str, sms: int) -> Pending:
     return Pending(variant_check_name(variant, family, rows, 140_000, 7) + " (split tail)", run)
 
 
-def pending_dense(d: DenseVariant, family: str, rows: int, keys: int, seed: int, told: int | None = None) -> Pending:
-    return Pending(dense_check_name(d.name, family, rows, keys, seed, told),
-                   lambda: verify_dense(d.heads, d.top_k, family, rows, keys, seed, variant=d, told_longest_row=told))
+def pending_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed: int,
+                  variant: DenseVariant | None = None, told: int | None = None) -> Pending:
+    return Pending(dense_check_name(heads, top_k, variant, family, rows, keys, seed, told),
+                   lambda: verify_dense(heads, top_k, family, rows, keys, seed, variant=variant, told_longest_row=told))
 
 
 def shipped_checks(families: Iterable[str], rows: int, keys: int, sms: int) -> list[Pending]:
@@ -191,13 +193,13 @@ def shipped_checks(families: Iterable[str], rows: int, keys: int, sms: int) -> l
     for d in shipped_dense_variants():  # each top-k kernel: the histogram one (rows too long to hold), the short-row one
         short, long = min(keys, d.short_row_keys), max(keys, d.short_row_keys + 1000)
         for i, fam in enumerate(families):
-            checks.append(pending_dense(d, fam, rows, long, 500 + i))
-            checks.append(pending_dense(d, fam, rows, short, 600 + i, told=short))
+            checks.append(pending_dense(d.heads, d.top_k, fam, rows, long, 500 + i, d))
+            checks.append(pending_dense(d.heads, d.top_k, fam, rows, short, 600 + i, d, told=short))
             # windows of 2 top_k keys (half of a full row is its answer): the short-row kernel's
             # smallest CTA, where the k-th score lies among the row's crowd
-            checks.append(pending_dense(d, fam, rows, 2 * d.top_k, 650 + i, told=2 * d.top_k))
+            checks.append(pending_dense(d.heads, d.top_k, fam, rows, 2 * d.top_k, 650 + i, d, told=2 * d.top_k))
         # rows longer than the caller promised: answered from their first keys
-        checks.append(pending_dense(d, "random", rows, keys, 700, told=keys // 2))
+        checks.append(pending_dense(d.heads, d.top_k, "random", rows, keys, 700, d, told=keys // 2))
     return checks
 
 
@@ -259,8 +261,7 @@ def main(args) -> int:
             pending.append(pending_variant(v, fam, args.rows, keys, 100 + i))
     if args.dense:
         for i, fam in enumerate(families):
-            pending.append(Pending(dense_check_name("dense h32 k2048", fam, args.rows, args.keys, 200 + i, None),
-                                   partial(verify_dense, 32, 2048, fam, args.rows, args.keys, 200 + i)))
+            pending.append(pending_dense(32, 2048, fam, args.rows, args.keys, 200 + i))
     for spec in args.large:
         rows, keys = (int(x) for x in spec.split("x"))
         pending += [pending_variant(v, "random", rows, keys, 7, sample_rows=args.sample_rows) for v in variants]

@@ -53,8 +53,9 @@ def test_a_check_is_called_what_its_plan_called_it(monkeypatch):
     for p in (check.pending_variant(v, "random", 384, 12_288, 401),
               check.pending_split_tail(selector, "increasing", sms=132),
               check.pending_variant(v, "random", 384, 12_288, 7, sample_rows=48),
-              check.pending_dense(d, "random", 384, 2048, 650, told=2048),
-              check.pending_dense(d, "random", 384, 20_000, 500)):
+              check.pending_dense(d.heads, d.top_k, "random", 384, 2048, 650, d, told=2048),
+              check.pending_dense(d.heads, d.top_k, "random", 384, 20_000, 500, d),
+              check.pending_dense(32, 2048, "random", 384, 12_288, 200)):  # (--dense: the default dense kernels)
         c = p.run()
         assert c.ok and c.what == p.what, (c.what, p.what)
 
