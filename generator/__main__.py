@@ -1,4 +1,4 @@
-"""python -m generator {list, render, build, check, tune}"""
+"""python -m generator {list, render, build, check, bench, tune, report, regret}"""
 
 from __future__ import annotations
 
@@ -123,6 +123,12 @@ def cmd_tune(args) -> int:
     return main(args)
 
 
+def cmd_report(args) -> int:
+    from .report import main
+
+    return main(args)
+
+
 def cmd_regret(args) -> int:
     from .regret import main
 
@@ -190,6 +196,13 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="GPU: tune variants per shape bucket with optuna; write <GPU>.json to the user table directory (FUSED_MQA_TOPK_TABLES)")
     add_arguments(p)
     p.set_defaults(fn=cmd_tune)
+
+    from .report import add_arguments as report_arguments
+
+    p = sub.add_parser("report", help="write a tuned table's report and plots again, from the table and the optuna "
+                                      "storage of its run (no GPU)")
+    report_arguments(p)
+    p.set_defaults(fn=cmd_report)
 
     from .regret import add_arguments as regret_arguments
 

@@ -5,14 +5,23 @@ candidates the study measured (and how many it rejected, failed or stopped early
 it took, and when and for which kernel code it was measured; for this run's studies, where the time
 went. With matplotlib: fused and dense ms against keys per heads and top-k, and per bucket tuned in
 this run optuna's optimisation history and parameter importances.
+
+`python -m generator report TABLE [--storage URL]` writes them again from a table and the optuna
+storage its run kept the studies in, without a GPU: on a machine with matplotlib, after a run on one
+without it, or whose time was too scarce to spend on plots.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 
 from runtime.table import load_table, table_meta
+
+from .workers import JOURNAL, storage_for
+
+SQLITE = "sqlite:///"
 
 
 def write_report(table: Path, results: list) -> Path:
@@ -50,7 +59,8 @@ def write_report(table: Path, results: list) -> Path:
                          f"{r.search_s:.0f} | {r.settle_s:.0f} | {names or '-'} |")
         lines += ["", time_summary(results, meta.get("search_wall_s")), ""]
     if not plots:
-        lines.append("(No plots: matplotlib is not installed; `pip install matplotlib` and tune again.)")
+        lines.append(f"(No plots: matplotlib is not installed; `pip install matplotlib`, then `python -m generator "
+                     f"report {table.name} [--storage URL]` draws them.)")
     out.write_text("\n".join(lines) + "\n")
     return out
 
@@ -64,6 +74,99 @@ def time_summary(results: list, workers_wall_s: float | None) -> str:
     most = ", ".join(f"{r.bucket.name} {r.search_s + r.settle_s:.0f} s" for r in slowest)
     workers = f" after the workers' search of {workers_wall_s:.0f} s" if workers_wall_s else ""
     return f"This run spent {total:.0f} s on {len(results)} buckets{workers}; most: {most}."
+
+
+def stored_results(table: Path, storage) -> list:
+    """A BucketResult per entry of `table` whose study `storage` holds: what write_report lists under
+    this run's studies and draws optuna's plots from. A study is found by the entry's own code digest
+    (and the table's arch and GPU identity), so an entry measured for other kernels never shows a
+    study of today's code; an entry without a digest has none."""
+    import optuna
+
+    from .tune import Bucket, BucketResult, Comparison, counts, study_name
+    from .variant import Variant
+
+    meta = table_meta(table)
+    arch, gpu = meta.get("arch"), meta.get("identity")
+    stored = set(optuna.get_all_study_names(storage))  # (load_study raises on any other name)
+    # Where workers searched, an entry's tune_s is its settling alone and tune counted no search here
+    # (Entry.tune_s): the summary names the workers' wall time instead.
+    workers_searched = bool(meta.get("search_wall_s"))
+    results = []
+    for e in sorted(load_table(table) or [], key=lambda e: e.bucket):
+        bucket = Bucket.of(e)
+        name = study_name(arch, bucket, gpu, e.code) if arch and gpu and e.code else None
+        if name not in stored:
+            continue
+        study = optuna.load_study(study_name=name, storage=storage)
+        c = counts(study)
+        search_s = 0.0 if workers_searched else _trials_span_s(study)
+        results.append(BucketResult(bucket, Variant.from_name(e.variant),
+                                    Comparison(e.fused_ms, e.fused_spread, e.dense_ms, e.dense_spread),
+                                    c["measured"], c["rejected"], c["failed"], c["pruned"], study,
+                                    search_s=search_s, settle_s=max(0.0, e.tune_s - search_s)))
+    return results
+
+
+def _trials_span_s(study) -> float:
+    """Seconds from the study's first trial's start to its last one's end."""
+    trials = [t for t in study.get_trials(deepcopy=False) if t.datetime_start and t.datetime_complete]
+    if not trials:
+        return 0.0
+    return (max(t.datetime_complete for t in trials) - min(t.datetime_start for t in trials)).total_seconds()
+
+
+def existing_storage(url: str):
+    """The optuna storage `url` names (generator.workers.storage_for), where it exists already: a
+    mistyped journal or SQLite path would otherwise become a new, empty file, and the report one
+    without studies. Raises where it cannot be read."""
+    import optuna
+
+    path = url[len(JOURNAL):] if url.startswith(JOURNAL) else url[len(SQLITE):] if url.startswith(SQLITE) else None
+    if path is not None and not Path(path).is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    storage = storage_for(url)
+    storage = optuna.storages.RDBStorage(storage) if isinstance(storage, str) else storage  # one connection for every study
+    optuna.get_all_study_names(storage)  # (what shows that it reads)
+    return storage
+
+
+def add_arguments(p) -> None:
+    p.add_argument("table", type=Path, metavar="TABLE", help="a table `tune` wrote (<GPU>.json); the report and "
+                                                             "plots are written beside it")
+    p.add_argument("--storage", metavar="URL", help="the optuna storage its tuning run kept the studies in (`tune "
+                                                    "--storage`: journal:PATH, sqlite:///tune.db, ...): each bucket "
+                                                    "whose study it holds gets its study's counts and plots")
+
+
+def main(args) -> int:
+    table: Path = args.table
+    if not table.is_file():
+        print(f"TABLE {table}: {'not a file' if table.exists() else 'no such file'} (a <GPU>.json that `python -m "
+              f"generator tune` wrote)", file=sys.stderr)
+        return 2
+    try:
+        entries = load_table(table)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # not JSON, or not a table's fields
+        print(f"TABLE {table}: not a tuned table ({type(err).__name__}: {err})", file=sys.stderr)
+        return 2
+    results = []
+    if args.storage:
+        try:
+            storage = existing_storage(args.storage)
+        except Exception as err:  # each storage backend and database driver fails in its own way
+            print(f"--storage {args.storage}: cannot be opened ({type(err).__name__}: {err})", file=sys.stderr)
+            return 2
+        results = stored_results(table, storage)
+    out = write_report(table, results)
+    text = out.read_text()
+    plotted = sum(f"({table.stem}-{r.bucket.name}-history.png)" in text for r in results)  # (linked: drawn now)
+    print(f"report: {out}")
+    if args.storage:
+        print(f"{len(results)} of {len(entries)} buckets' studies found in {args.storage}; {plotted} with study plots")
+    else:
+        print(f"no --storage: the table's {len(entries)} buckets and the summary plots, no study plots")
+    return 0
 
 
 def _plots(table: Path, entries, results) -> dict:

@@ -164,9 +164,11 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def study_name(arch: str, bucket: Bucket, gpu: str) -> str:
-    """A study per GPU identity, kernel code and bucket: a stored study never mixes GPUs or code."""
-    return f"{gpu}_{code_digest()}_{arch}_{bucket.name}"
+def study_name(arch: str, bucket: Bucket, gpu: str, code: str | None = None) -> str:
+    """A study per GPU identity, kernel code and bucket: a stored study never mixes GPUs or code.
+    code: the digest the study measured (an entry's `code`, what the report finds its study by);
+    default this code's."""
+    return f"{gpu}_{code_digest() if code is None else code}_{arch}_{bucket.name}"
 
 
 def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent: Variant | None = None,
