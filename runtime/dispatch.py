@@ -2,9 +2,10 @@
 
 Dense where: the tensors are not on a CUDA GPU; no compiled arch runs on it (needs sm_89+ fp8
 tensor cores); there is no table for this GPU (its own, or one of the same arch that says it is
-valid here: runtime.table.table_for); the nearest bucket's entry says dense won; or
-FUSED_MQA_TOPK_PATH=dense. `decide` says which and why (runtime.explain). FUSED_MQA_TOPK_PATH=fused forces the fused kernel (the table's
-variant, else the untuned default) wherever one can run.
+valid here: runtime.table.table_for); the nearest bucket's entry says dense won; the chunk has fewer
+rows than any bucket the table was tuned at (fewest_tuned_rows); or FUSED_MQA_TOPK_PATH=dense.
+`decide` says which and why (runtime.explain). FUSED_MQA_TOPK_PATH=fused forces the fused kernel
+(the table's variant, else the untuned default) wherever one can run.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ PATHS = ("auto", "fused", "dense")
 # only where fused beat dense by this much: a kernel change moves a crossover by a few per cent.
 STALE_MARGIN = 1.10
 _warned_stale: set[str] = set()
+
+
+def fewest_tuned_rows(entries: list[Entry], heads: int, top_k: int) -> int | None:
+    """The fewest rows of any bucket tuned for these heads and top_k (None: none). A fused entry's
+    win does not carry down to a chunk of fewer rows: a fused launch's time hardly falls with its rows
+    (its CTAs split the keys, whatever the rows), while the dense path's falls with them. On the H200
+    a 1-row chunk of 512K keys at top-512 took 0.31 ms fused against 0.11 dense, where its nearest
+    bucket, 64 rows, took 0.42 fused against 0.58 dense (BENCHMARKS.md, "Every chunk a server sends")."""
+    rows = [e.rows for e in entries if e.heads == heads and e.top_k == top_k]
+    return min(rows) if rows else None
 
 
 @dataclass(frozen=True)
@@ -107,13 +118,17 @@ def _decide(path: str, identity, choice: TableChoice, mtime: int, heads: int, to
         warnings.warn(f"{choice.path} holds entries measured for other kernel code ({entry.code}; this code is "
                       f"{code_digest()}): they are trusted only where fused won by {STALE_MARGIN:.2f}x; "
                       f"re-time them with `python -m generator tune --refresh`", RuntimeWarning, stacklevel=2)
-    variant = entry_variant(entry, identity.arch, problem, force_fused=path == "fused")
+    fewest = fewest_tuned_rows(entries, heads, top_k)
+    variant = entry_variant(entry, identity.arch, problem, fewest, force_fused=path == "fused")
     if path == "fused":
         why = f"{PATH_ENV}=fused: " + ("the nearest bucket's variant" if entry else "no bucket: the untuned default")
     elif entry is None:
         why = "no tuned bucket for these heads and top-k on this GPU"
     elif variant is None and Variant.from_name(entry.variant).arch != identity.arch:
         why = f"the nearest bucket's variant is built for {Variant.from_name(entry.variant).arch}, not {identity.arch}"
+    elif variant is None and entry.use == "fused" and rows < fewest:
+        why = (f"{rows} rows, fewer than any tuned bucket's ({fewest}): a fused win there does not carry down to "
+               f"fewer rows (runtime.dispatch.fewest_tuned_rows)")
     elif variant is None and entry.use == "fused":
         why = (f"the nearest bucket's entry was measured for other kernel code ({entry.code}, not {code_digest()}) "
                f"and fused won there by {entry.dense_ms / entry.fused_ms:.2f}x, under the {STALE_MARGIN:.2f}x a "
@@ -154,7 +169,8 @@ def select_variant(entries: list[Entry], arch: str | None, problem: Problem, for
     if arch is None:
         return None
     return entry_variant(nearest(entries, problem.heads, problem.top_k, problem.rows, problem.longest_row,
-                                 problem.packing), arch, problem, force_fused)
+                                 problem.packing), arch, problem, fewest_tuned_rows(entries, problem.heads, problem.top_k),
+                         force_fused)
 
 
 def is_stale(entry: Entry | None) -> bool:
@@ -162,12 +178,15 @@ def is_stale(entry: Entry | None) -> bool:
     return bool(entry and entry.code and entry.code != code_digest())
 
 
-def entry_variant(entry: Entry | None, arch: str, problem: Problem, force_fused: bool = False) -> Variant | None:
+def entry_variant(entry: Entry | None, arch: str, problem: Problem, fewest_rows: int | None = None,
+                  force_fused: bool = False) -> Variant | None:
     """What the nearest bucket's entry says for a GPU whose builds target `arch` (see select_variant);
-    a stale entry (measured for other kernel code) needs fused to have won by STALE_MARGIN."""
+    a stale entry (measured for other kernel code) needs fused to have won by STALE_MARGIN, and a
+    chunk of fewer rows than `fewest_rows` (fewest_tuned_rows) takes the dense path."""
     if entry is not None:
         variant = Variant.from_name(entry.variant)
-        won = entry.use == "fused" and (not is_stale(entry) or entry.dense_ms >= STALE_MARGIN * entry.fused_ms)
+        won = (entry.use == "fused" and (not is_stale(entry) or entry.dense_ms >= STALE_MARGIN * entry.fused_ms)
+               and (fewest_rows is None or problem.rows >= fewest_rows))
         if variant.arch == arch and (won or force_fused):
             return variant
     return default_variant(problem.heads, problem.top_k, arch) if force_fused else None

@@ -138,6 +138,20 @@ def test_dispatch_rules():
     assert select_variant(table + [packed_wins], "sm90a", problem(keys=32768, visible_keys=4096)) is not None
     assert select_variant(table + [packed_wins], "sm90a", problem(keys=4096, visible_keys=4096)) is None
     assert select_variant(table, None, problem()) is None  # no fp8 tensor cores
+
+
+def test_a_fused_win_does_not_carry_down_to_fewer_rows_than_any_bucket():
+    small = entry(rows=64, keys=524288, fused=1.0, dense=2.0)  # fused won at the fewest rows tuned
+    table = [small, entry(rows=4096, keys=524288)]
+    assert select_variant(table, "sm90a", problem(rows=64, keys=524288)) == Variant.from_name(small.variant)
+    assert select_variant(table, "sm90a", problem(rows=100, keys=524288)) is not None
+    assert select_variant(table, "sm90a", problem(rows=63, keys=524288)) is None
+    assert select_variant(table, "sm90a", problem(rows=1, keys=524288)) is None
+    assert select_variant(table, "sm90a", problem(rows=1, keys=524288), force_fused=True) == Variant.from_name(small.variant)
+    # the fewest rows are counted per heads and top_k: a 16-row bucket of other heads does not lower them
+    other = entry(heads=64, rows=16, keys=524288)
+    assert select_variant(table + [other], "sm90a", problem(rows=32, keys=524288)) is None
+    assert select_variant([replace(small, rows=16)], "sm90a", problem(rows=32, keys=524288)) is not None
     assert select_variant([], "sm90a", problem()) is None  # no table for this GPU
     assert select_variant(table, "sm100a", problem()) is None  # a table of another arch's builds
     forced = select_variant([], "sm90a", problem(heads=64, top_k=512), force_fused=True)
@@ -182,6 +196,10 @@ def test_decide_says_which_table_bucket_and_variant_and_why(tmp_path, monkeypatc
     packed = dispatch.decide(problem(rows=16384, keys=32768, visible_keys=4096, device="cuda:0"))
     assert packed.entry.requests == 8 and "32768 keys in 8 requests" in str(packed)  # the shipped packed bucket
     assert packed.path == packed.entry.use
+    # one row of 512K keys: its nearest bucket (64 rows) is fused in the shipped table, the chunk is not
+    one_row = dispatch.decide(problem(rows=1, keys=524288, top_k=512, device="cuda:0"))
+    assert one_row.entry.rows == 64 and one_row.entry.use == "fused"
+    assert one_row.path == "dense" and "fewer than any tuned bucket's (64)" in one_row.why
 
 
 def test_explain_on_cpu_tensors():
