@@ -101,14 +101,22 @@ def sampled_rows(rows: int, count: int, seed: int) -> list[int]:
     return sorted(set(torch.randint(0, rows, (count,), generator=g).tolist()) | {0, rows - 1})
 
 
+def repeat_detail(first: torch.Tensor, again: torch.Tensor) -> str:
+    """'' where a second run gave the same bytes (the determinism contract), else what differs."""
+    differ = int((first != again).any(1).sum())
+    return f"; a second run differs in {differ} rows" if differ else ""
+
+
 def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: int, sample_rows: int | None = None,
                    tail_rows: bool = False) -> Check:
     """Runs the variant on a fresh workload over a poisoned output and verifies every row (or
     sample_rows random rows and the first and last; with tail_rows, also every row of the four
-    lightest blocks, where a split tail's answers land)."""
+    lightest blocks, where a split tail's answers land), strictly (ascending order, ties by index),
+    and runs it again: the same bytes, or the check fails."""
     wl = make_workload(family, rows, keys, variant.heads, variant.top_k, seed=seed, device="cuda")
     stats: dict = {}
     out = run_poisoned(variant, wl, stats)
+    repeat = repeat_detail(out, run_poisoned(variant, wl))
     rows_to_check = None
     if sample_rows is not None and sample_rows < rows:
         rows_to_check = set(sampled_rows(rows, sample_rows, seed))
@@ -116,12 +124,13 @@ def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: in
             rows_to_check |= set(range(0, min(rows, 4 * variant.rows)))
         rows_to_check = sorted(rows_to_check)
     poisoned = int((out == POISON).sum())
-    report = verify_topk(out, *wl.args(), rows=rows_to_check)
-    detail = report.summary() + (f"; {poisoned} unwritten" if poisoned else "")
+    report = verify_topk(out, *wl.args(), rows=rows_to_check, strict=True)
+    detail = report.summary() + (f"; {poisoned} unwritten" if poisoned else "") + repeat
     if "rescan_blocks" in stats:
         blocks = -(-rows // variant.rows)
         detail += f"; rescanned {stats['rescan_blocks']}/{blocks} row blocks, {stats['split_blocks']} split"
-    return Check(variant_check_name(variant, family, rows, keys, seed), report.ok and not poisoned, detail, stats)
+    return Check(variant_check_name(variant, family, rows, keys, seed), report.ok and not poisoned and not repeat,
+                 detail, stats)
 
 
 def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed: int,
@@ -130,19 +139,26 @@ def verify_dense(heads: int, top_k: int, family: str, rows: int, keys: int, seed
     8 MiB of logits so that a check covers several pieces. Its logits windows and top-k kernel follow
     the longest row: the one measured, or `told_longest_row` as a caller would promise it (the
     short-row kernel where its window is at most the variant's short_row_keys). A row longer than told
-    is answered from its first keys, as many as the window holds: verified as a row that sees those."""
+    is answered from its first keys, as many as the window holds: verified as a row that sees those.
+    Strictly, and run twice, as verify_variant."""
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed, device="cuda")
-    out = torch.full((rows, top_k), POISON, dtype=torch.int32, device="cuda")
     longest = told_longest_row if told_longest_row is not None else wl.longest_row()
-    run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k, longest, 8 << 20, variant, out)
-    torch.cuda.synchronize()
+
+    def run() -> torch.Tensor:
+        out = torch.full((rows, top_k), POISON, dtype=torch.int32, device="cuda")
+        run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k, longest, 8 << 20, variant, out)
+        torch.cuda.synchronize()
+        return out
+
+    out = run()
+    repeat = repeat_detail(out, run())
     poisoned = int((out == POISON).sum())
     if told_longest_row is not None:  # the ranges as the window cuts them
         wl = replace(wl, ke=torch.minimum(wl.ke, wl.ks + logits_window(told_longest_row, keys)))
-    report = verify_topk(out, *wl.args())
+    report = verify_topk(out, *wl.args(), strict=True)
     return Check(dense_check_name(heads, top_k, variant, family, rows, keys, seed, told_longest_row),
-                 report.ok and not poisoned,
-                 report.summary() + (f"; {poisoned} unwritten" if poisoned else ""))
+                 report.ok and not poisoned and not repeat,
+                 report.summary() + (f"; {poisoned} unwritten" if poisoned else "") + repeat)
 
 
 def split_tail_rows(variant: Variant, tail_blocks: int = 3, sms: int | None = None) -> int:

@@ -92,7 +92,7 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
         dense_ms = median_ms(lambda: dense_mqa_topk(*args, validate=False, max_visible_keys=longest), warmup=3, reps=15,
                              max_seconds=2.0)
         sample = range(0, shape.rows, max(1, shape.rows // 32))
-        ok = all(verify_topk(path(*args, validate=False, max_visible_keys=longest), *args, rows=sample).ok
+        ok = all(verify_topk(path(*args, validate=False, max_visible_keys=longest), *args, rows=sample, strict=True).ok
                  for path in (fused_mqa_topk, dense_mqa_topk))  # (what was timed)
         bad += not ok
         floor_ms = scoring_floor_ms(visible_pairs(wl.ks, wl.ke), shape.heads, rate)

@@ -345,7 +345,8 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
     return results
 
 
-VERIFIED = "two-sided verifier (runtime.verify) on 64 random rows and the first and last, outputs poisoned"
+VERIFIED = ("two-sided verifier (runtime.verify), strict (ascending, ties by index), on 64 random rows and the first "
+            "and last, outputs poisoned")
 
 
 HISTORY = 20  # the runs a table's "history" keeps
@@ -449,7 +450,7 @@ class GpuMeasurer:
 
         wl = self.workload(bucket)
         out = run_poisoned(variant, wl)
-        report = verify_topk(out, *wl.args(), rows=sampled_rows(wl.rows, self.verify_rows, self.seed))
+        report = verify_topk(out, *wl.args(), rows=sampled_rows(wl.rows, self.verify_rows, self.seed), strict=True)
         if not report.ok:
             raise VerificationError(report.summary())
         return lambda: launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, out=out)

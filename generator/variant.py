@@ -15,7 +15,7 @@ from .arch import SELECTOR_REGISTERS, wgmma_math_registers
 DIM = 128  # fp8 bytes per key and per query head: fixed by the models this serves
 SMEM_KEY_STRIDE = DIM + 16  # padded shared-memory row of one key (see the kernel template)
 # sel::RadixScratch per list: a 256-bin histogram and five words (prefix, remaining, slot counter,
-# equal taken, slack)
+# entries of the k-th code, slack)
 RADIX_SCRATCH_BYTES = 256 * 4 + 5 * 4
 
 

@@ -2,14 +2,13 @@
 
     score[i, j] = k_scale[j] * sum_h weights[i, h] * max(0, dot(q[i, h], k[j]))
 
-Two products compute the dot products: exact fp32 from the fp8 values (the reference) and fp8
-tensor cores through torch._scaled_mm (the dense path on sm_89+ GPUs). Both run in pieces so that
+Two products compute the dot products: exact from the fp8 values, rounded to fp32 (the reference)
+and fp8 tensor cores through torch._scaled_mm (the dense path on sm_89+ GPUs). Both run in pieces so that
 any shape fits in a memory budget.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import torch
@@ -18,21 +17,13 @@ import torch
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-@contextlib.contextmanager
-def _exact_fp32_matmul():
-    """TF32 off for the duration (the reference must not round its inputs to 10 mantissa bits)."""
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 def fp32_product(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The dot products of the fp8 values exactly (fp64 holds every sum of 128 e4m3 products), each
+    rounded once to fp32. An fp32 GEMM would round by its blocking: identical keys at different
+    positions could score differently, and the reference would break their tie by that instead
+    of by index."""
     r, h, d = q.shape
-    with _exact_fp32_matmul():
-        return (q.reshape(r * h, d).float() @ k.float().T).view(r, h, -1)
+    return (q.reshape(r * h, d).double() @ k.double().T).float().view(r, h, -1)
 
 
 def fp8_tensor_core_product(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -54,7 +45,8 @@ def score_block(product: Product, q, k_fp8, k_scale, weights, rows: slice, lo: i
                 work_bytes: int = 1 << 30) -> torch.Tensor:
     """Scores [rows, hi - lo] of keys [lo, hi) for the given rows, in the weights' dtype (fp32; fp64
     for the verifier's exact scores), in chunks of keys whose [rows, heads, keys] intermediate stays
-    under work_bytes."""
+    under work_bytes. Every key's score is computed by the same sequence of elementwise operations
+    (head_sum), so identical keys score identically: their ties are then broken by index."""
     qr, wr = q[rows], weights[rows]
     r, h = wr.shape
     out = torch.empty((r, hi - lo), dtype=wr.dtype, device=q.device)
@@ -62,8 +54,18 @@ def score_block(product: Product, q, k_fp8, k_scale, weights, rows: slice, lo: i
     for a in range(lo, hi, step):
         b = min(hi, a + step)
         dots = product(qr, k_fp8[a:b]).clamp_(min=0).mul_(wr[:, :, None])  # elementwise: no TF32 anywhere
-        out[:, a - lo:b - lo] = dots.sum(1).mul_(k_scale[a:b])
+        out[:, a - lo:b - lo] = head_sum(dots).mul_(k_scale[a:b])
     return out
+
+
+def head_sum(terms: torch.Tensor) -> torch.Tensor:
+    """terms [rows, heads, keys] summed over the heads one head at a time: the same operations for
+    every key (a reduction's order may depend on the key's position: vectorised lanes and a scalar
+    tail), so identical keys get identical sums."""
+    total = terms[:, 0].clone()
+    for head in range(1, terms.shape[1]):
+        total += terms[:, head]
+    return total
 
 
 def row_pieces(ks, ke, budget_bytes: int):
@@ -132,12 +134,32 @@ def plan_pieces(ks: torch.Tensor, ke: torch.Tensor, keys: int, budget_bytes: int
     return shape_pieces(ks.shape[0], keys, budget_bytes)
 
 
+def tie_broken_order(scores: torch.Tensor) -> torch.Tensor:
+    """int64 keys [rows, n] that order a block's entries as every path selects them: by fp32 score
+    descending, then by column ascending (README.md, "Same answer every time"). The score's fp32
+    bits (-0 folded onto +0, as the kernels' prim::score_code) made a signed integer of the same
+    order, times 2^32, plus 2^32 - 1 - column: all distinct, so topk's choice at a tie is no longer
+    its own."""
+    bits = (scores.float() + 0.0).view(torch.int32)
+    ordered = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(torch.int64)
+    column = torch.arange(scores.shape[1], device=scores.device, dtype=torch.int64)
+    return ordered * (1 << 32) + ((1 << 32) - 1 - column)
+
+
+def ascending_with_padding(rel: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Each row's valid indices in ascending order, then -1 (the contract's one order)."""
+    big = torch.iinfo(torch.int32).max
+    ordered = torch.where(valid, rel, torch.full_like(rel, big)).sort(dim=1).values
+    return ordered.masked_fill_(ordered == big, -1)
+
+
 def topk_by_pieces(product: Product, q, k_fp8, k_scale, weights, ks: torch.Tensor, ke: torch.Tensor, top_k: int,
                    budget_bytes: int) -> torch.Tensor:
-    """Top-k indices (relative to ks, -1 padded) from materialised score pieces of budget_bytes."""
+    """Top-k indices (relative to ks, in ascending order, -1 padded) from materialised score pieces:
+    fp32 scores and their int64 order keys (tie_broken_order) together within budget_bytes."""
     rows = q.shape[0]
     out = torch.full((rows, top_k), -1, dtype=torch.int32, device=q.device)
-    for r0, r1, lo, hi in plan_pieces(ks, ke, k_fp8.shape[0], budget_bytes):
+    for r0, r1, lo, hi in plan_pieces(ks, ke, k_fp8.shape[0], budget_bytes // 3):
         if hi <= lo:
             continue
         scores = score_block(product, q, k_fp8, k_scale, weights, slice(r0, r1), lo, hi)
@@ -145,8 +167,7 @@ def topk_by_pieces(product: Product, q, k_fp8, k_scale, weights, ks: torch.Tenso
         visible = (key >= ks[r0:r1, None]) & (key < ke[r0:r1, None])
         scores.masked_fill_(~visible, float("-inf"))
         kk = min(top_k, hi - lo)
-        values, idx = scores.topk(kk, dim=1)
+        idx = tie_broken_order(scores).topk(kk, dim=1).indices
         rel = (idx + lo - ks[r0:r1, None]).to(torch.int32)
-        rel.masked_fill_(values == float("-inf"), -1)
-        out[r0:r1, :kk] = rel
+        out[r0:r1, :kk] = ascending_with_padding(rel, visible.gather(1, idx))
     return out

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .scoring import row_pieces, score_block
+from .scoring import head_sum, row_pieces, score_block
 from .tensor_core import FP8_MIN_EXPONENT, WGMMA_STEP, wgmma_dots
 
 EXACT_EPS = 2.0**-16
@@ -97,7 +97,7 @@ def wgmma_scores(q, k_fp8, k_scale, weights, rows, lo: int, hi: int) -> torch.Te
     for a in range(lo, hi, step):
         b = min(hi, a + step)
         dots = wgmma_dots(q[rows], k_fp8[a:b])  # [r, H, b - a]
-        scores[:, a - lo:b - lo] = (dots.clamp(min=0) * w[:, :, None]).sum(1) * k_scale[a:b].double()
+        scores[:, a - lo:b - lo] = head_sum(dots.clamp(min=0) * w[:, :, None]) * k_scale[a:b].double()
     return scores
 
 
@@ -128,9 +128,17 @@ class VerifyReport:
 
 
 def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None, budget_bytes: int = 256 << 20,
-                max_failures: int = 20, arithmetics: tuple[str, ...] = ARITHMETICS) -> VerifyReport:
+                max_failures: int = 20, arithmetics: tuple[str, ...] = ARITHMETICS, strict: bool = False) -> VerifyReport:
     """Checks out [M, top_k] (int32, any device) for the given rows (default: all). Scores are
-    computed on the inputs' device; `arithmetics` narrows what an answer may be exact for."""
+    computed on the inputs' device; `arithmetics` narrows what an answer may be exact for.
+
+    strict also checks the determinism contract (README.md, "Same answer every time"): each row's
+    indices in ascending order, and, under the arithmetic that accepted the row, among the keys whose
+    score equals the lowest taken one (a tie at the k-th place), the smallest indices taken. The tie
+    test compares the model's scores exactly, so it speaks for a path where the model computes the
+    path's own scores bit for bit: every path on families of exact ties (identical key vectors, relu
+    zeros, integer-valued inputs whose sums fp32 holds exactly); elsewhere a rounding-level
+    difference between model and kernel could make or break a tie the kernel did not see."""
     unknown = set(arithmetics) - set(ARITHMETICS)
     if unknown:
         raise ValueError(f"arithmetics: unknown {sorted(unknown)}; known: {ARITHMETICS}")
@@ -163,7 +171,7 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
         for j, row in enumerate(group):
             report.rows_checked += 1
             sel = out_cpu[row]
-            msg = _structure(sel, ks_h[row], ke_h[row], top_k)
+            msg = _structure(sel, ks_h[row], ke_h[row], top_k, strict)
             if msg:
                 if fail(row, msg):
                     return report
@@ -178,6 +186,8 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
                 if used <= 1:
                     report.rows_by_arithmetic["exact"] += 1
                     report.worst_budget_used = max(report.worst_budget_used, used)
+                    if strict and (msg := _tie_break(scores[j, span], chosen, "exact scores")) and fail(row, msg):
+                        return report
                     continue
             if "wgmma" in arithmetics and _budget_used(scores[j, span], loose[j, span], chosen) <= 1:
                 undecided.append(j)
@@ -196,14 +206,17 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
                 if used <= 1:
                     report.rows_by_arithmetic["wgmma"] += 1
                     report.worst_budget_used = max(report.worst_budget_used, used)
+                    if strict and (msg := _tie_break(w_scores[i, span], chosen, "wgmma's scores")) and fail(row, msg):
+                        return report
                 elif fail(row, _describe(w_scores[i, span], w_bound[i, span], chosen, "wgmma's scores")
                           + "; " + _describe(scores[j, span], tight[j, span], chosen, "exact scores")):
                     return report
     return report
 
 
-def _structure(sel: torch.Tensor, ks: int, ke: int, top_k: int) -> str | None:
-    """What is wrong with a row's indices regardless of scores: count, padding, range, duplicates."""
+def _structure(sel: torch.Tensor, ks: int, ke: int, top_k: int, strict: bool = False) -> str | None:
+    """What is wrong with a row's indices regardless of scores: count, padding, range, duplicates
+    (strict: and the order, ascending)."""
     n = max(0, ke - ks)
     c = min(top_k, n)
     chosen, rest = sel[:c], sel[c:]
@@ -214,6 +227,22 @@ def _structure(sel: torch.Tensor, ks: int, ke: int, top_k: int) -> str | None:
         return f"indices outside [0, {n}) among the first {c}: {bad}"
     if c and chosen.unique().numel() != c:
         return f"duplicate indices among the first {c}"
+    if strict and c > 1 and not bool((chosen[1:] > chosen[:-1]).all()):
+        at = int((chosen[1:] <= chosen[:-1]).nonzero()[0])
+        return f"indices not in ascending order: {int(chosen[at])} then {int(chosen[at + 1])} at places {at}, {at + 1}"
+    return None
+
+
+def _tie_break(scores: torch.Tensor, chosen: torch.Tensor, what: str) -> str | None:
+    """Where keys tie (exactly, by these scores) with the lowest taken one, whether the taken ones are
+    the smallest indices among them."""
+    taken = torch.zeros(scores.numel(), dtype=torch.bool)
+    taken[chosen] = True
+    tied = scores == scores[chosen].min()
+    left, took = (tied & ~taken).nonzero().flatten(), (tied & taken).nonzero().flatten()
+    if left.numel() and took.numel() and int(left.min()) < int(took.max()):
+        return (f"by {what}, {int(tied.sum())} keys tie at the k-th score {float(scores[chosen].min()):.9g}: key "
+                f"{int(left.min())} left out but key {int(took.max())} taken (the smallest indices must be)")
     return None
 
 

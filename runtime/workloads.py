@@ -244,6 +244,42 @@ def _random_ranges(rows, keys, heads, top_k, gen, device) -> Workload:
     return replace(base, ks=ks.to(torch.int32), ke=ke.to(torch.int32))
 
 
+def _duplicate_keys(rows, keys, heads, top_k, gen, device) -> Workload:
+    # Every key a copy of one of keys / 4 random key vectors (scale included), the copies scattered:
+    # exact ties between far-apart keys at every rank, in any arithmetic (equal inputs, equal scores).
+    base = _random(rows, keys, heads, top_k, gen, device, "duplicate_keys")
+    source = torch.randint(0, max(1, keys // 4), (keys,), generator=gen, device=device)
+    return replace(base, k_fp8=base.k_fp8[source].contiguous(), k_scale=base.k_scale[source].contiguous())
+
+
+def _integers(rows, keys, heads, gen, device, low: int, high: int) -> torch.Tensor:
+    return torch.randint(low, high + 1, (rows, keys), generator=gen, device=device).float()
+
+
+def _integer_ties(rows, keys, heads, top_k, gen, device) -> Workload:
+    # q and k entries in {-1, 0, 1}, weights in {1, 2}, unit scales: every score an integer below 2^15,
+    # which fp32, the mma.sync kernels' fp16 steps and the wgmma (products of magnitude 1, no
+    # truncation) all compute exactly. Scores take a few hundred values over thousands of keys, so
+    # ties cross the k-th place in every row, and every path must take the same keys.
+    base = _random(rows, keys, heads, top_k, gen, device, "integer_ties")
+    q = _integers(rows * heads, DIM, heads, gen, device, -1, 1).view(rows, heads, DIM)
+    return replace(base, q=fp8(q), k_fp8=fp8(_integers(keys, DIM, heads, gen, device, -1, 1)),
+                   k_scale=torch.ones_like(base.k_scale), weights=_integers(rows, heads, heads, gen, device, 1, 2))
+
+
+def _relu_plateau(rows, keys, heads, top_k, gen, device) -> Workload:
+    # Positive integer queries; every key negative (its dots < 0: score exactly 0) but top_k / 2 of
+    # them, positive integers: a row's k-th place is on the plateau of exact zeros, which the smallest
+    # indices must win.
+    base = _random(rows, keys, heads, top_k, gen, device, "relu_plateau")
+    q = _integers(rows * heads, DIM, heads, gen, device, 1, 2).view(rows, heads, DIM)
+    k = -_integers(keys, DIM, heads, gen, device, 1, 2)
+    hot = torch.randperm(keys, generator=gen, device=device)[: top_k // 2]
+    k[hot] = -k[hot]
+    return replace(base, q=fp8(q), k_fp8=fp8(k), k_scale=torch.ones_like(base.k_scale),
+                   weights=_integers(rows, heads, heads, gen, device, 1, 2))
+
+
 FAMILIES: dict[str, Callable[..., Workload]] = {
     "random": _random,
     "multi_request": _multi_request,
@@ -261,8 +297,15 @@ FAMILIES: dict[str, Callable[..., Workload]] = {
     "bursts": _bursts,
     "sliding_window": _sliding_window,
     "random_ranges": _random_ranges,
+    "duplicate_keys": _duplicate_keys,
+    "integer_ties": _integer_ties,
+    "relu_plateau": _relu_plateau,
 }
 HARD_FAMILIES = tuple(f for f in FAMILIES if f not in ("random", "multi_request"))
+# Families whose ties are exact in every path's arithmetic (equal inputs, or integers every
+# arithmetic sums exactly): there every path must return the same bytes (README.md, "Same answer every
+# time").
+EXACT_TIE_FAMILIES = ("all_equal", "boundary_ties", "integer_ties", "relu_plateau")
 # Families whose rows start at keys other than 0 (the indices' origin ks matters).
 OFFSET_FAMILIES = ("multi_request", "short_rows", "sliding_window", "random_ranges")
 

@@ -211,3 +211,74 @@ def test_every_mutant_is_exercised_somewhere():
     assert set(OFFSET_FAMILIES) <= set(FAMILIES)
     for mutant in MUTANTS:
         assert any((f, mutant) not in INDISTINGUISHABLE for f in FAMILIES), mutant
+
+
+# ---- strict mode: the determinism contract's order and tie-break -----------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_strict_accepts_the_reference(family, heads_topk):
+    """The reference breaks ties by index and returns each row ascending: strict accepts it everywhere."""
+    wl, ans, _ = _answer(family, *heads_topk)
+    report = verify_topk(ans, *wl.args(), strict=True)
+    assert report.ok, report.summary()
+
+
+def out_of_order(ans, n, ks, scores):
+    """The right keys, two of them swapped in place (any order passed before the contract had one)."""
+    c = min(n, ans.numel())
+    if c < 2:
+        return None
+    out = ans.clone()
+    out[0], out[c - 1] = ans[c - 1], ans[0]
+    return out
+
+
+def tie_by_larger_index(ans, n, ks, scores):
+    """At a tie across the k-th place, the smallest tied key taken swapped for the largest one left out
+    (a right answer by the two-sided rule, not by the tie-break), then put in ascending order."""
+    c = min(n, ans.numel())
+    if n <= ans.numel():
+        return None
+    chosen = ans[:c].long()
+    taken = torch.zeros(n, dtype=torch.bool)
+    taken[chosen] = True
+    tied = scores == scores[chosen].min()
+    took, left = (tied & taken).nonzero().flatten(), (tied & ~taken).nonzero().flatten()
+    if not took.numel() or not left.numel() or int(left.max()) < int(took.min()):
+        return None
+    out = ans.clone()
+    out[(ans == took.min()).nonzero()[0, 0]] = int(left.max())
+    out[:c] = out[:c].sort().values
+    return out
+
+
+STRICT_MUTANTS = {"out_of_order": out_of_order, "tie_by_larger_index": tie_by_larger_index}
+
+
+@pytest.mark.parametrize("mutant", STRICT_MUTANTS)
+@pytest.mark.parametrize("family", ["random", "all_equal", "boundary_ties", "integer_ties", "relu_plateau",
+                                    "duplicate_keys"])
+def test_strict_rejects_what_only_the_contract_forbids(family, mutant, heads_topk):
+    """Each strict mutant is a right answer by the two-sided rule (the plain verifier accepts every
+    changed row) and wrong by the determinism contract (strict flags every changed row)."""
+    wl, ans, scores = _answer(family, *heads_topk)
+    bad, mutated = ans.clone(), []
+    for row in range(wl.rows):
+        ks, ke = int(wl.ks[row]), int(wl.ke[row])
+        changed = STRICT_MUTANTS[mutant](ans[row], ke - ks, ks, scores[row, ks:ke])
+        if changed is not None and not torch.equal(changed, ans[row]):
+            bad[row] = changed
+            mutated.append(row)
+    if not mutated:
+        pytest.skip(f"{mutant} changes no row of {family} (no tie across the k-th place)")
+    assert verify_topk(bad, *wl.args(), max_failures=wl.rows).ok
+    report = verify_topk(bad, *wl.args(), max_failures=wl.rows, strict=True)
+    flagged = {int(f.split(":")[0].split()[1]) for f in report.failures}
+    assert flagged == set(mutated), f"missed rows {sorted(set(mutated) - flagged)}: {report.summary()}"
+
+
+def test_the_tie_mutant_is_exercised():
+    """Families of exact ties must give the tie mutant rows to change (else its test proves nothing)."""
+    wl, ans, scores = _answer("integer_ties", 32, 512)
+    assert any(tie_by_larger_index(ans[r], int(wl.ke[r] - wl.ks[r]), 0, scores[r, int(wl.ks[r]):int(wl.ke[r])])
+               is not None for r in range(wl.rows))

@@ -1,9 +1,13 @@
 // Exact top-k selection over a candidate list in shared memory, by the whole CTA.
 //
 // Candidates are (score code, key) pairs; codes are order-preserving uint32 (prim::score_code), so
-// the k-th largest code is found by four 8-bit radix passes over a 256-bin histogram, and the
-// top k are every code above it plus as many codes equal to it as the rank needs (which of several
-// equal boundary keys is kept is arbitrary, as the contract allows).
+// the k-th largest code is found by four 8-bit radix passes over a 256-bin histogram. The top k are
+// taken in one total order, code descending then key ascending (README.md, "Same answer every
+// time"): every code above the k-th's, and of the codes equal to it the smallest keys, found by four
+// more passes over those keys where the k-th's code is shared by more entries than the rank takes
+// (kth_entries, Cut). So the set a list yields depends on its entries alone, not on the order they
+// are laid in or met. The writers below put a row's keys anywhere in its answer (their slots are
+// reserved by atomics); write_ascending then gives the answer its one order, ascending keys.
 //
 // Barrier discipline: call with every thread of the group (threads Sync::kFirstThread .. + kThreads-1,
 // whole warps; `Sync` is its barrier: the whole CTA by default, or a named barrier when a producer warp
@@ -31,7 +35,7 @@ struct RadixScratch {
     uint32_t prefix[kRows];     // the k-th code's bits found so far
     uint32_t remaining[kRows];  // its rank among the codes that share those bits
     int slot_counter[kRows];    // next output slot
-    int equal_taken[kRows];     // codes equal to the k-th code kept so far
+    uint32_t equal[kRows];      // entries whose code is the k-th's (an exact select's last pass)
     uint32_t slack[kRows];      // codes past the rank a loose select may settle with (kth_largest_codes)
 };
 using Scratch = RadixScratch<1>;
@@ -43,17 +47,30 @@ using Scratch = RadixScratch<1>;
 // min_code, f) calls f(make_uint2(code, key), live) the same way, the key read where code >= min_code.
 // write_top_k_rows_binned also asks kPassesReadMemory: whether each pass reads the list from memory.
 
-// One list, code_at(i), i < n, dealt to the group's threads in turn.
-template <int kThreads, typename CodeAt>
+// One list, code_at(i), i < n, dealt to the group's threads in turn; key_at(i) its keys (for_each_keyed).
+struct NoKeys {
+    __device__ __forceinline__ uint32_t operator()(int) const { return 0u; }
+};
+template <int kThreads, typename CodeAt, typename KeyAt = NoKeys>
 struct DealtList {
     CodeAt code_at;
     int n;
+    KeyAt key_at = {};
     template <typename F>
     __device__ __forceinline__ void for_each(int, F f) const {
         const int lane = threadIdx.x & 31;
         for (int base = int(threadIdx.x) - lane; base < n; base += kThreads) {
             const int i = base + lane;
             f(i < n ? code_at(i) : 0u, i < n);
+        }
+    }
+    template <typename F>
+    __device__ __forceinline__ void for_each_keyed(int, uint32_t min_code, F f) const {
+        const int lane = threadIdx.x & 31;
+        for (int base = int(threadIdx.x) - lane; base < n; base += kThreads) {
+            const int i = base + lane;
+            const uint32_t c = i < n ? code_at(i) : 0u;
+            f(make_uint2(c, i < n && c >= min_code ? key_at(i) : 0u), i < n);
         }
     }
 };
@@ -202,9 +219,10 @@ struct StripedSegments {
 };
 
 // For each list r of `lists` with rank[r] >= 1 (at most its length): kth[r] = its rank[r]-th largest
-// code, and take_equal[r] = how many codes equal to it belong to its top rank[r]. Lists with rank[r]
-// == 0 are skipped (kth 0, take_equal all). One set of four passes serves every list: warp w scans the
-// histograms of lists w, w + kThreads / 32, ...
+// code, take_equal[r] = how many codes equal to it belong to its top rank[r], and s.equal[r] how many
+// entries have that code (exact selects). Lists with rank[r] == 0 are skipped (kth 0, take_equal
+// all). One set of four passes serves every list: warp w scans the histograms of lists w, w +
+// kThreads / 32, ...
 // kSlackDivisor > 0 makes the select loose, for thresholds that need only be at or below the exact one
 // (the gate's: lower keeps a few more candidates, never fewer): a list settles as soon as the bin of
 // the pass that holds its rank[r]-th code (its top 8, 16 or 24 bits) holds at most rank[r] /
@@ -266,6 +284,7 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
                         // (remaining 0: settled, loose only; an exact select's stays at least 1)
                         const bool settle = kSlackDivisor > 0 && above + counts[j] - remaining <= s.slack[r];
                         s.remaining[r] = settle ? 0u : remaining - above;
+                        s.equal[r] = counts[j];  // (at shift 0: the entries of the k-th's code)
                     }
                     if (!found) above += counts[j];
                 }
@@ -317,19 +336,80 @@ __device__ uint32_t kth_largest_code(CodeAt code_at, int n, int k, Scratch& s, u
     return kth[0];
 }
 
-// Calls emit(slot, code, key) once for each of the top min(k, n) candidates of codes/keys[0, n),
-// with distinct slots in [0, min(k, n)). Candidates are staged in registers behind a barrier before
-// any emit, so emit may overwrite the list itself (in-place compaction). Returns the k-th largest
-// code when n > k (0 otherwise).
+// ---- the tie-break: the k-th entry in (code descending, key ascending) order ----------------------
+
+// A list's k-th entry in the contract's order: code descending, then key ascending. Its top k are
+// exactly the entries at or above it (keeps): every code above `code`, and of the entries of that
+// code those whose key is at most `key` (the smallest keys). Keys compare as the lists hold them
+// (absolute or relative to a row's first key: within a list, one of the two).
+struct Cut {
+    uint32_t code;
+    uint32_t key;
+    __device__ __forceinline__ bool keeps(uint32_t c, uint32_t k) const { return c > code || (c == code && k <= key); }
+};
+constexpr Cut kKeepAll = {0u, 0xFFFFFFFFu};
+
+// The entries of list r whose code is code[r], each as the code ~key (so the largest is the smallest
+// key), the others dead: the second select of kth_entries.
+template <typename Lists, int kRows>
+struct KeysOfCode {
+    const Lists& lists;
+    const uint32_t (&code)[kRows];
+    template <typename F>
+    __device__ __forceinline__ void for_each(int r, F f) const {
+        const uint32_t of = code[r];
+        lists.for_each_keyed(r, of, [&](uint2 c, bool live) { f(~c.y, live && c.x == of); });
+    }
+};
+
+// cut[r] = the rank[r]-th entry of list r (1 <= rank[r] <= its length; rank 0: kKeepAll, every entry
+// kept). Four radix passes find the k-th code; where more entries share it than the rank takes (a tie
+// straddles the k-th place), four more over those entries' keys find the key. The key passes run only
+// then (random scores never tie there; a plateau of equal scores, or duplicate keys, do).
+template <int kThreads, int kRows, typename Lists, typename Sync = CtaSync>
+__device__ __forceinline__ void kth_entries(const Lists& lists, const int (&rank)[kRows], RadixScratch<kRows>& s,
+                                            Cut (&cut)[kRows], Sync sync = {}) {
+    uint32_t kth[kRows], take[kRows];
+    kth_largest_codes<kThreads, kRows>(lists, rank, s, kth, take, sync);
+    int key_rank[kRows];
+    bool split = false;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        // (s.equal is read behind kth_largest_codes' last barrier, and written again only after the
+        // next call's first barrier)
+        key_rank[r] = rank[r] > 0 && take[r] < s.equal[r] ? int(take[r]) : 0;
+        split |= key_rank[r] > 0;
+        cut[r] = rank[r] > 0 ? Cut{kth[r], 0xFFFFFFFFu} : kKeepAll;
+    }
+    if (!split) return;  // (uniform)
+    uint32_t key_code[kRows], unused[kRows];
+    kth_largest_codes<kThreads, kRows>(KeysOfCode<Lists, kRows>{lists, kth}, key_rank, s, key_code, unused, sync);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+        if (key_rank[r] > 0) cut[r].key = ~key_code[r];
+}
+
+// Calls emit(slot, code, key) once for each of the top min(k, n) candidates of codes/keys[0, n) (in
+// the order of Cut), with distinct slots in [0, min(k, n)) (which candidate gets which slot depends
+// on the warps' timing). Candidates are staged in registers behind a barrier before any emit, so
+// emit may overwrite the list itself (in-place compaction). Returns the k-th entry's code when n > k
+// (0 otherwise).
 template <int kThreads, int kCapacity, typename Emit, typename Sync = CtaSync>
 __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, int k, Scratch& s, Emit emit,
                                  Sync sync = {}) {
     static_assert(kCapacity % kThreads == 0, "candidate capacity must be a multiple of the CTA size");
     constexpr int kPerThread = kCapacity / kThreads;
     const int tid = group_thread<Sync>();
-    uint32_t kth = 0;               // with n <= k every candidate is kept
-    uint32_t take_equal = 0xFFFFFFFFu;
-    if (n > k) kth = kth_largest_code<kThreads>([&](int i) { return codes[i]; }, n, k, s, &take_equal, sync);
+    Cut cut = kKeepAll;  // with n <= k every candidate is kept
+    if (n > k) {
+        const auto code_at = [&](int i) { return codes[i]; };
+        const auto key_at = [&](int i) { return uint32_t(keys[i]); };
+        const DealtList<kThreads, decltype(code_at), decltype(key_at)> list{code_at, n, key_at};
+        const int ranks[1] = {k};
+        Cut cuts[1];
+        kth_entries<kThreads, 1>(list, ranks, s, cuts, sync);
+        cut = cuts[0];
+    }
 
     uint32_t my_codes[kPerThread];
     int my_keys[kPerThread];
@@ -339,30 +419,24 @@ __device__ uint32_t select_top_k(const uint32_t* codes, const int* keys, int n, 
         my_codes[j] = i < n ? codes[i] : 0u;
         my_keys[j] = i < n ? keys[i] : 0;
     }
-    if (tid == 0) {
-        s.slot_counter[0] = 0;
-        s.equal_taken[0] = 0;
-    }
+    if (tid == 0) s.slot_counter[0] = 0;
     sync();
 
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
         const int i = tid + j * kThreads;
-        const bool live = i < n;
-        // Codes equal to the k-th: admit the first take_equal of them.
-        const bool equal = live && my_codes[j] == kth;
-        const int rank = prim::warp_append(&s.equal_taken[0], equal);
-        const bool keep = (live && my_codes[j] > kth) || (equal && static_cast<uint32_t>(rank) < take_equal);
+        const bool keep = i < n && cut.keeps(my_codes[j], uint32_t(my_keys[j]));
         const int slot = prim::warp_append(&s.slot_counter[0], keep);
         if (keep) emit(slot, my_codes[j], my_keys[j]);
     }
     sync();
-    return kth;
+    return n > k ? cut.code : 0u;
 }
 
 // Streaming top-k compaction: keeps the top k of codes/keys[0, n) (n > k) in their first k places and
-// returns the admission threshold for what follows: just above the k-th code (codes equal to it can
-// only tie with what is kept, so they need not enter again).
+// returns the admission threshold for what follows: just above the k-th code. An entry of that code
+// met later has a larger key than every kept one (the streaming kernels meet keys in ascending
+// order), so it ranks below the k-th entry and need not enter.
 template <int kThreads, int kCapacity, typename Sync = CtaSync>
 __device__ uint32_t compact_to_top_k(uint32_t* codes, int* keys, int n, int k, Scratch& s, Sync sync = {}) {
     const uint32_t kth = select_top_k<kThreads, kCapacity>(
@@ -375,18 +449,83 @@ __device__ uint32_t compact_to_top_k(uint32_t* codes, int* keys, int n, int k, S
     return kth == 0xFFFFFFFFu ? kth : kth + 1;
 }
 
-// A row's answer: the top k of its n candidates as key - key_base in out_row[0, min(n, k)), then -1.
+// ---- a row's answer in ascending key order ------------------------------------------------------
+// Writes the keys key_at(i), i < n, of a row's answer to out[0, ..) in ascending order, then -1 up to
+// k, and returns how many it wrote. The keys are distinct and in [0, span) (one outside, or a
+// repeat, is dropped: only inputs outside the contract make them). They are sorted through a bitmap
+// in shared memory, `bits` ([words], any contents): each key sets its bit, then the words are read
+// in order, each warp a contiguous run of them placed by one count per warp. A window of 32 * words
+// keys at a time: a row that spans more takes several, reading its keys again for each. `totals`:
+// kThreads / 32 words of shared memory. Every thread of the group calls it; it returns after a
+// barrier. The order is that of the keys alone, whatever order the writers above left them in.
+template <int kThreads, typename KeyAt, typename Sync = CtaSync>
+__device__ int write_ascending(KeyAt key_at, int n, int span, uint32_t* bits, int words, uint32_t* totals, int* out, int k,
+                               Sync sync = {}) {
+    constexpr int kWarps = kThreads / 32;
+    const int tid = group_thread<Sync>(), lane = tid & 31, warp = tid / 32;
+    const int first_words = min(words, (max(span, 0) + 31) / 32);
+    for (int i = tid; i < first_words; i += kThreads) bits[i] = 0;  // (each window's read clears it after)
+    sync();
+    int written = 0;
+    for (int lo = 0; lo < span; lo += 32 * words) {
+        const uint32_t window = uint32_t(min(32 * words, span - lo));  // keys
+        const int window_words = int((window + 31) / 32);
+#pragma unroll 4
+        for (int i = tid; i < n; i += kThreads) {
+            const uint32_t x = uint32_t(key_at(i)) - uint32_t(lo);
+            if (x < window) atomicOr(&bits[x / 32], 1u << (x % 32));
+        }
+        sync();
+        const int per_warp = (window_words + kWarps - 1) / kWarps;
+        const int first = min(warp * per_warp, window_words), last = min(first + per_warp, window_words);
+        uint32_t count = 0;
+        for (int i = first + lane; i < last; i += 32) count += __popc(bits[i]);
+        count = __reduce_add_sync(0xFFFFFFFFu, count);
+        if (lane == 0) totals[warp] = count;
+        sync();
+        int pos = written, all = 0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const int t = int(totals[w]);
+            pos += w < warp ? t : 0;
+            all += t;
+        }
+        for (int base = first; base < last; base += 32) {  // (the same rounds in every lane of the warp)
+            const int i = base + lane;
+            uint32_t word = 0;
+            if (i < last) {
+                word = bits[i];
+                bits[i] = 0;
+            }
+            const uint32_t c = __popc(word);
+            const uint32_t inclusive = prim::warp_inclusive_sum(c);
+            int at = pos + int(inclusive - c);
+            for (; word != 0; word &= word - 1, ++at)
+                if (at < k) out[at] = lo + 32 * i + (__ffs(word) - 1);
+            pos += int(__shfl_sync(0xFFFFFFFFu, inclusive, 31));
+        }
+        written += all;
+        sync();  // (totals and bits are reused by the next window)
+    }
+    for (int i = min(written, k) + tid; i < k; i += kThreads) out[i] = -1;
+    return written;
+}
+
+// A row's answer from its n candidates codes/keys[0, n) in shared memory: the top min(n, k) as key -
+// key_base (each below `span`, the row's visible keys) in ascending order at out_row, then -1. The
+// list is compacted in place (its first min(n, k) keys are then the answer's) and its codes are
+// overwritten: they are the bitmap write_ascending sorts through.
 template <int kThreads, int kCapacity, typename Sync = CtaSync>
-__device__ void write_top_k(const uint32_t* codes, const int* keys, int n, int k, Scratch& s, int* out_row,
-                            int key_base, Sync sync = {}) {
-    select_top_k<kThreads, kCapacity>(codes, keys, n, k, s, [&](int slot, uint32_t, int key) { out_row[slot] = key - key_base; },
-                                      sync);
-    for (int i = min(n, k) + group_thread<Sync>(); i < k; i += kThreads) out_row[i] = -1;
+__device__ void write_top_k(uint32_t* codes, int* keys, int n, int k, Scratch& s, int* out_row, int key_base, int span,
+                            Sync sync = {}) {
+    if (n > k) compact_to_top_k<kThreads, kCapacity>(codes, keys, n, k, s, sync);
+    write_ascending<kThreads>([&](int i) { return keys[i] - key_base; }, min(n, k), span, codes, kCapacity, &s.hist[0][0],
+                              out_row, k, sync);
 }
 
 // The answers of kRows rows at once from candidate lists that are not overwritten (WarpSegments,
 // loaded): list r of `lists` holds n[r] candidates; its top k go to out + r * k as key -
-// key_base[r], then -1 up to k. Rows r >= live_rows are not written.
+// key_base[r], in any order, then -1 up to k. Rows r >= live_rows are not written.
 template <int kThreads, int kRows, typename Lists, typename Sync = CtaSync>
 __device__ __forceinline__ void write_top_k_rows(const Lists& lists, const int (&n)[kRows], int k, int live_rows,
                                                  const int (&key_base)[kRows], RadixScratch<kRows>& s, int* out,
@@ -394,21 +533,16 @@ __device__ __forceinline__ void write_top_k_rows(const Lists& lists, const int (
     int rank[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rank[r] = n[r] > k ? k : 0;  // rank 0: every candidate is kept
-    uint32_t kth[kRows], take_equal[kRows];
-    kth_largest_codes<kThreads, kRows>(lists, rank, s, kth, take_equal, sync);
+    Cut cut[kRows];
+    kth_entries<kThreads, kRows>(lists, rank, s, cut, sync);
     const int tid = group_thread<Sync>();
-    if (tid < kRows) {
-        s.slot_counter[tid] = 0;
-        s.equal_taken[tid] = 0;
-    }
+    if (tid < kRows) s.slot_counter[tid] = 0;
     sync();
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         if (r >= live_rows) continue;
-        lists.for_each_keyed(r, kth[r], [&](uint2 c, bool live) {
-            const bool equal = live && c.x == kth[r];
-            const int e = prim::warp_append(&s.equal_taken[r], equal);
-            const bool keep = (live && c.x > kth[r]) || (equal && static_cast<uint32_t>(e) < take_equal[r]);
+        lists.for_each_keyed(r, cut[r].code, [&](uint2 c, bool live) {
+            const bool keep = live && cut[r].keeps(c.x, c.y);
             const int slot = prim::warp_append(&s.slot_counter[r], keep);
             if (keep) out[r * k + slot] = int(c.y) - key_base[r];
         });
@@ -440,8 +574,9 @@ namespace sel {
 //     positions kept in a register; lists whose every pass reads memory (Lists::kPassesReadMemory)
 //     reserve as they go instead, a shared atomic per round of loads (4 x 32 candidates for the
 //     selector warps), for one pass over memory, not two.
-//  3. A gathered candidate's rank among the row's gathered ones (ties broken by gathering order) is
-//     its slot after the bins above; one warp per row, no barrier between.
+//  3. A gathered candidate's rank among the row's gathered ones (by code, then key: Cut's order, so
+//     the gathering order does not matter) is its slot after the bins above; one warp per row, no
+//     barrier between.
 // A boundary bin too full to gather (heavy ties: every candidate's code equal, say) sends the whole
 // call back to write_top_k_rows, which rewrites every answer (kRadixFallback), or returns false with
 // the answers partly written, for the caller to have them redone (the selector warps: inlined, the
@@ -474,7 +609,13 @@ struct DistanceBins {
 
 template <int kRows, int kGather>
 struct BinnedScratch {
+    // The three arrays first and side by side: once a selection is written they are one bitmap of
+    // kBitmapWords words for write_ascending (bitmap()).
     uint32_t hist[kRows][kDistanceBins];
+    uint32_t gcode[kRows][kGather];
+    uint32_t gkey[kRows][kGather];
+    static constexpr int kBitmapWords = kRows * (kDistanceBins + 2 * kGather);
+    __device__ __forceinline__ uint32_t* bitmap() { return &hist[0][0]; }
     uint32_t floor[kRows];
     uint32_t ceiling[kRows];
     int boundary[kRows];  // the bin holding the k-th code (-1: every candidate is kept)
@@ -483,8 +624,6 @@ struct BinnedScratch {
     int gathered[kRows];  // candidates met in the boundary bin (kept in gcode/gkey up to kGather)
     int key_base[kRows];
     int count[kRows];
-    uint32_t gcode[kRows][kGather];
-    uint32_t gkey[kRows][kGather];
 };
 
 template <int kThreads, int kRows, int kGather, bool kRadixFallback, typename Lists, typename Sync = CtaSync>
@@ -641,11 +780,11 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
         if (b.boundary[r] < 0) continue;
         const int gathered = b.gathered[r], above = b.above[r];
         for (int i = lane; i < gathered; i += 32) {
-            const uint32_t c = b.gcode[r][i];
+            const uint32_t c = b.gcode[r][i], key = b.gkey[r][i];
             int rank = 0;
             for (int j = 0; j < gathered; ++j) {
                 const uint32_t other = b.gcode[r][j];
-                rank += other > c || (other == c && j < i);
+                rank += other > c || (other == c && b.gkey[r][j] < key);
             }
             if (above + rank < k) out[r * k + above + rank] = int(b.gkey[r][i]) - b.key_base[r];
         }
