@@ -101,8 +101,8 @@ class Variant:
         """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
         candidates = 0 if self.gated else 2 * self.rows * self.buffer * 4
         select_scratch = RADIX_SCRATCH_BYTES * (self.rows if self.gated else 1)
-        if self.gated:  # + sel::BinnedScratch: distance histogram, eight ints and 512 gathered (code, key) a row
-            select_scratch += (33 * 32 * 4 + 8 * 4 + 512 * 8) * self.rows
+        if self.gated:  # + sel::BinnedScratch: distance histogram, nine ints and 512 gathered (code, key) a row
+            select_scratch += (33 * 32 * 4 + 9 * 4 + 512 * 8) * self.rows
         if self.mma == "wgmma":
             q_ring = 2 * self.rows * self.heads * DIM
             k_ring = self.stages * self.key_tile * (DIM + 4)

@@ -62,9 +62,10 @@ def test_every_shipped_variant_compiles(tmp_cache):
                 # passes' loops), off the critical path; the math warps' scan, at 152-224, must not.
                 # With a selector warpgroup more the math warpgroups have 200 registers, and three
                 # per-block values (20 bytes) spill outside the scan loop (tools/sass.py shows which);
-                # at H = 64 the selector warps' passes spill 104 bytes (the short-context
-                # buckets ship them), the scan and sample loops none.
-                limit = 112 if p.variant.select_warps > 3 else 64
+                # at H = 64 the selector warps' passes spill 116 bytes (the short-context
+                # buckets ship them; 104 before the answers were put in ascending order), the scan
+                # and sample loops none.
+                limit = 120 if p.variant.select_warps > 3 else 64
                 assert report.spill_store_bytes <= limit, (p.variant.name, kernel, report)
             elif getattr(p.variant, "sample_tiles", 0) and kernel == "fused_mqa_topk_gate_kernel":
                 # The gated kernel with the math warps selecting: at H = 64 top-1024 (shipped for the

@@ -449,66 +449,130 @@ __device__ uint32_t compact_to_top_k(uint32_t* codes, int* keys, int n, int k, S
     return kth == 0xFFFFFFFFu ? kth : kth + 1;
 }
 
-// ---- a row's answer in ascending key order ------------------------------------------------------
-// Writes the keys key_at(i), i < n, of a row's answer to out[0, ..) in ascending order, then -1 up to
-// k, and returns how many it wrote. The keys are distinct and in [0, span) (one outside, or a
-// repeat, is dropped: only inputs outside the contract make them). They are sorted through a bitmap
-// in shared memory, `bits` ([words], any contents): each key sets its bit, then the words are read
-// in order, each warp a contiguous run of them placed by one count per warp. A window of 32 * words
-// keys at a time: a row that spans more takes several, reading its keys again for each. `totals`:
-// kThreads / 32 words of shared memory. Every thread of the group calls it; it returns after a
-// barrier. The order is that of the keys alone, whatever order the writers above left them in.
-template <int kThreads, typename KeyAt, typename Sync = CtaSync>
-__device__ int write_ascending(KeyAt key_at, int n, int span, uint32_t* bits, int words, uint32_t* totals, int* out, int k,
-                               Sync sync = {}) {
+// ---- answers in ascending key order, through bitmaps ----------------------------------------------
+// A row's answer is put in order through a bitmap in shared memory: each key sets its bit, then the
+// words are read in order, 128 bits a lane (uint4: 16-byte aligned, a multiple of four words), each
+// warp a contiguous run of them placed by one count per warp: a few instructions per 4,096 keys of
+// the row's span, most of it zero words. The keys go to a staging row in shared memory where the
+// caller has one, then to the output in 16-byte stores: written straight from the scan, each store
+// instruction scatters its lanes' keys over many sectors (at 16K x 32K, top-2048, that made the
+// selector warps' answers 5% of the launch).
+
+// Writes the keys of a word's set bits (key0 + bit) at dst[at ..] (none past k); returns the next place.
+__device__ __forceinline__ int emit_bits(uint32_t word, int key0, int at, int* dst, int k) {
+    for (; word != 0; word &= word - 1, ++at)
+        if (at < k) dst[at] = key0 + (__ffs(word) - 1);
+    return at;
+}
+
+// One bitmap of `words` words (bit i: key lo + i) to dst[at ..] in ascending order (none past k),
+// clearing the words it read, so the bitmap is all zero after; returns how many keys it held.
+// totals: kThreads / 32 words of shared memory. Every thread of the group calls it; two barriers,
+// the last at its end.
+template <int kThreads, typename Sync>
+__device__ __forceinline__ int place_bitmap(uint32_t* bits, int words, int lo, int at, int* dst, int k, uint32_t* totals,
+                                            Sync sync) {
     constexpr int kWarps = kThreads / 32;
     const int tid = group_thread<Sync>(), lane = tid & 31, warp = tid / 32;
-    const int first_words = min(words, (max(span, 0) + 31) / 32);
-    for (int i = tid; i < first_words; i += kThreads) bits[i] = 0;  // (each window's read clears it after)
+    const int quads = words / 4, per_warp = (quads + kWarps - 1) / kWarps;
+    const int first = min(warp * per_warp, quads), last = min(first + per_warp, quads);
+    uint4* row = reinterpret_cast<uint4*>(bits);
+    uint32_t count = 0;
+    for (int i = first + lane; i < last; i += 32) {
+        const uint4 v = row[i];
+        count += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+    }
+    count = __reduce_add_sync(0xFFFFFFFFu, count);
+    if (lane == 0) totals[warp] = count;
     sync();
-    int written = 0;
+    int pos = at, all = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+        const int t = int(totals[w]);
+        pos += w < warp ? t : 0;
+        all += t;
+    }
+    for (int base = first; base < last; base += 32) {  // (the same rounds in every lane of the warp)
+        const int i = base + lane;
+        const uint4 v = i < last ? row[i] : make_uint4(0u, 0u, 0u, 0u);
+        const uint32_t c = __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+        const uint32_t inclusive = prim::warp_inclusive_sum(c);
+        if (c != 0) {
+            row[i] = make_uint4(0u, 0u, 0u, 0u);
+            const int key0 = lo + 128 * i;
+            int p = pos + int(inclusive - c);
+            p = emit_bits(v.x, key0, p, dst, k);
+            p = emit_bits(v.y, key0 + 32, p, dst, k);
+            p = emit_bits(v.z, key0 + 64, p, dst, k);
+            emit_bits(v.w, key0 + 96, p, dst, k);
+        }
+        pos += int(__shfl_sync(0xFFFFFFFFu, inclusive, 31));
+    }
+    sync();  // (totals, the bitmap and dst are read at once)
+    return all;
+}
+
+// out[i] = stage[i] for i < count, -1 up to k (16-byte stores where out is aligned; stage is). No barrier.
+template <int kThreads, typename Sync>
+__device__ __forceinline__ void copy_answer(const int* stage, int count, int* out, int k) {
+    const int tid = group_thread<Sync>();
+    if ((reinterpret_cast<uintptr_t>(out) & 15) == 0 && k % 4 == 0) {
+        for (int i = tid; i < k / 4; i += kThreads) {
+            int4 v = reinterpret_cast<const int4*>(stage)[i];
+            v.x = 4 * i < count ? v.x : -1;
+            v.y = 4 * i + 1 < count ? v.y : -1;
+            v.z = 4 * i + 2 < count ? v.z : -1;
+            v.w = 4 * i + 3 < count ? v.w : -1;
+            reinterpret_cast<int4*>(out)[i] = v;
+        }
+    } else {
+        for (int i = tid; i < k; i += kThreads) out[i] = i < count ? stage[i] : -1;
+    }
+}
+
+// Zeroes words [0, words) (a multiple of four, 16-byte aligned); complete after the group's next barrier.
+template <int kThreads, typename Sync>
+__device__ __forceinline__ void zero_words(uint32_t* words_at, int words) {
+    uint4* p = reinterpret_cast<uint4*>(words_at);
+    for (int i = group_thread<Sync>(); i < words / 4; i += kThreads) p[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// Words a bitmap of `keys` bits takes: whole uint4s.
+__device__ __forceinline__ int bitmap_words(int keys) { return (max(keys, 0) + 127) / 128 * 4; }
+
+// Writes the keys key_at(i), i < n, of a row's answer to out[0, ..) in ascending order, then -1 up to
+// k, and returns how many it wrote. The keys are distinct and in [0, span) (one outside, or a
+// repeat, is dropped: only inputs outside the contract make them). `bits` ([words], any contents,
+// 16-byte aligned) is the bitmap they are sorted through, a window of 32 * words keys at a time (words
+// rounded down to whole uint4s): a row that spans more takes several, reading its keys again for
+// each. `stage`: k ints of shared memory (16-byte aligned) the answer is put together in, or nullptr
+// (written to out as placed). `totals`: kThreads / 32 words of shared memory. Every thread of the
+// group calls it; it returns after a barrier. The order is that of the keys alone, whatever order the
+// writers above left them in.
+template <int kThreads, typename KeyAt, typename Sync = CtaSync>
+__device__ int write_ascending(KeyAt key_at, int n, int span, uint32_t* bits, int words, uint32_t* totals, int* stage, int* out,
+                               int k, Sync sync = {}) {
+    words = words / 4 * 4;
+    zero_words<kThreads, Sync>(bits, min(words, bitmap_words(span)));  // (each window's read clears what it set)
+    sync();
+    int at = 0;
     for (int lo = 0; lo < span; lo += 32 * words) {
         const uint32_t window = uint32_t(min(32 * words, span - lo));  // keys
-        const int window_words = int((window + 31) / 32);
 #pragma unroll 4
-        for (int i = tid; i < n; i += kThreads) {
+        for (int i = group_thread<Sync>(); i < n; i += kThreads) {
             const uint32_t x = uint32_t(key_at(i)) - uint32_t(lo);
             if (x < window) atomicOr(&bits[x / 32], 1u << (x % 32));
         }
         sync();
-        const int per_warp = (window_words + kWarps - 1) / kWarps;
-        const int first = min(warp * per_warp, window_words), last = min(first + per_warp, window_words);
-        uint32_t count = 0;
-        for (int i = first + lane; i < last; i += 32) count += __popc(bits[i]);
-        count = __reduce_add_sync(0xFFFFFFFFu, count);
-        if (lane == 0) totals[warp] = count;
-        sync();
-        int pos = written, all = 0;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            const int t = int(totals[w]);
-            pos += w < warp ? t : 0;
-            all += t;
-        }
-        for (int base = first; base < last; base += 32) {  // (the same rounds in every lane of the warp)
-            const int i = base + lane;
-            uint32_t word = 0;
-            if (i < last) {
-                word = bits[i];
-                bits[i] = 0;
-            }
-            const uint32_t c = __popc(word);
-            const uint32_t inclusive = prim::warp_inclusive_sum(c);
-            int at = pos + int(inclusive - c);
-            for (; word != 0; word &= word - 1, ++at)
-                if (at < k) out[at] = lo + 32 * i + (__ffs(word) - 1);
-            pos += int(__shfl_sync(0xFFFFFFFFu, inclusive, 31));
-        }
-        written += all;
-        sync();  // (totals and bits are reused by the next window)
+        at += place_bitmap<kThreads>(bits, bitmap_words(int(window)), lo, at, stage ? stage : out, k, totals, sync);
     }
-    for (int i = min(written, k) + tid; i < k; i += kThreads) out[i] = -1;
-    return written;
+    if (stage) {
+        copy_answer<kThreads, Sync>(stage, min(at, k), out, k);
+        sync();
+    } else {
+        for (int i = min(at, k) + group_thread<Sync>(); i < k; i += kThreads) out[i] = -1;
+    }
+    return at;
 }
 
 // A row's answer from its n candidates codes/keys[0, n) in shared memory: the top min(n, k) as key -
@@ -520,7 +584,7 @@ __device__ void write_top_k(uint32_t* codes, int* keys, int n, int k, Scratch& s
                             Sync sync = {}) {
     if (n > k) compact_to_top_k<kThreads, kCapacity>(codes, keys, n, k, s, sync);
     write_ascending<kThreads>([&](int i) { return keys[i] - key_base; }, min(n, k), span, codes, kCapacity, &s.hist[0][0],
-                              out_row, k, sync);
+                              nullptr, out_row, k, sync);
 }
 
 // The answers of kRows rows at once from candidate lists that are not overwritten (WarpSegments,
@@ -568,20 +632,25 @@ namespace sel {
 //     bin (0.4% of rows on random data at 128K keys, 9% at 32K). The bins span 33 powers of two
 //     around the distance of a `ceiling`: the row's largest code, or its sample's, which may lie far
 //     below the k-th where scores trend along the keys (so the span reaches 2^17 times above it).
-//  2. Every candidate in a bin above the one holding the k-th code is written, and those in that
-//     boundary bin are gathered in shared memory (tens of them in practice). Each warp counts its own
-//     first (registers only), reserves its slots with one atomic per row, then writes at running
-//     positions kept in a register; lists whose every pass reads memory (Lists::kPassesReadMemory)
-//     reserve as they go instead, a shared atomic per round of loads (4 x 32 candidates for the
-//     selector warps), for one pass over memory, not two.
+//  2. Every candidate in a bin above the one holding the k-th code is taken, and those in that
+//     boundary bin are gathered in shared memory (tens of them in practice).
 //  3. A gathered candidate's rank among the row's gathered ones (by code, then key: Cut's order, so
-//     the gathering order does not matter) is its slot after the bins above; one warp per row, no
-//     barrier between.
+//     the gathering order does not matter) says whether it is taken; one warp per row, no barrier
+//     between.
+//  4. The answers in ascending key order. Where every row spans at most kDirectKeys keys (the
+//     histograms' words, free after step 1, as one bitmap a row), steps 2 and 3 set the taken keys'
+//     bits and one scan of a row's bitmap writes it (place_bitmap). Longer rows are written
+//     to `picks` first, at slots that each warp reserves (counted first in registers, one atomic a
+//     row; lists whose every pass reads memory, Lists::kPassesReadMemory, reserve a round of loads
+//     at a time instead, for one pass over memory, not two), then each row is put in order through
+//     the histograms' words, a window at a time (write_ascending). Each answer is put together in
+//     the gather arrays, then written in 16-byte stores.
 // A boundary bin too full to gather (heavy ties: every candidate's code equal, say) sends the whole
-// call back to write_top_k_rows, which rewrites every answer (kRadixFallback), or returns false with
-// the answers partly written, for the caller to have them redone (the selector warps: inlined, the
-// radix path made them spill at 56 registers). Otherwise the same contract as write_top_k_rows, and
-// returns true.
+// call back to write_top_k_rows (into picks, then in order), which rewrites every answer
+// (kRadixFallback), or returns false with nothing written to out, for the caller to have the rows
+// redone (the selector warps: inlined, the radix path made them spill at 56 registers). Otherwise
+// out + r * k holds row r's top k as key - key_base[r] (each below span[r]), ascending, then -1, for
+// r < live_rows, and it returns true.
 constexpr int kDistanceBins = 33 * 32;
 
 // The bins of a row: bin = (the fp32 distance's exponent and top five mantissa bits) - base, clamped
@@ -607,15 +676,19 @@ struct DistanceBins {
     }
 };
 
+// A row whose span fits its histogram's words as a bitmap is put in order without picks.
+constexpr int kDirectKeys = kDistanceBins * 32;
+
 template <int kRows, int kGather>
 struct BinnedScratch {
-    // The three arrays first and side by side: once a selection is written they are one bitmap of
-    // kBitmapWords words for write_ascending (bitmap()).
+    // The three arrays first and side by side (and 16-byte aligned where the scratch is: bitmaps are
+    // read a uint4 at a time). In step 4 hist[r] is row r's bitmap (or all of hist one bitmap, for
+    // rows written to picks) and the gather arrays the staging row of an answer (stage()).
     uint32_t hist[kRows][kDistanceBins];
     uint32_t gcode[kRows][kGather];
     uint32_t gkey[kRows][kGather];
-    static constexpr int kBitmapWords = kRows * (kDistanceBins + 2 * kGather);
-    __device__ __forceinline__ uint32_t* bitmap() { return &hist[0][0]; }
+    static constexpr int kStageInts = 2 * kRows * kGather;  // at least top_k (the kernels assert it)
+    __device__ __forceinline__ int* stage() { return reinterpret_cast<int*>(&gcode[0][0]); }
     uint32_t floor[kRows];
     uint32_t ceiling[kRows];
     int boundary[kRows];  // the bin holding the k-th code (-1: every candidate is kept)
@@ -624,13 +697,28 @@ struct BinnedScratch {
     int gathered[kRows];  // candidates met in the boundary bin (kept in gcode/gkey up to kGather)
     int key_base[kRows];
     int count[kRows];
+    int span[kRows];      // keys the row sees: its answers' keys are below it
 };
+
+// Step 4 for rows written to picks (each row's min(count, k) keys, relative, any order): each row in
+// ascending order to out + r * k, then -1, through the histograms' words as one bitmap (windows of
+// kRows * kDirectKeys keys) and the gather arrays as the staging row.
+template <int kThreads, int kRows, int kGather, typename Sync>
+__device__ __forceinline__ void write_picks_ascending(BinnedScratch<kRows, kGather>& b, RadixScratch<kRows>& s, const int* picks,
+                                                      int live_rows, int k, int* out, Sync sync) {
+#pragma unroll 1
+    for (int r = 0; r < live_rows; ++r) {
+        const int* const row = picks + r * k;
+        write_ascending<kThreads>([&](int i) { return __ldcg(row + i); }, min(b.count[r], k), b.span[r], &b.hist[0][0],
+                                  kRows * kDistanceBins, &s.hist[0][0], b.stage(), out + r * k, k, sync);
+    }
+}
 
 template <int kThreads, int kRows, int kGather, bool kRadixFallback, typename Lists, typename Sync = CtaSync>
 __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, const int (&n)[kRows], const uint32_t (&floor)[kRows],
                                                         const uint32_t (&ceiling)[kRows], int k, int live_rows, const int (&key_base)[kRows],
-                                                        BinnedScratch<kRows, kGather>& b, RadixScratch<kRows>& s, int* out,
-                                                        Sync sync = {}) {
+                                                        const int (&span)[kRows], BinnedScratch<kRows, kGather>& b,
+                                                        RadixScratch<kRows>& s, int* picks, int* out, Sync sync = {}) {
     const int tid = group_thread<Sync>();
     const int lane = tid & 31, warp = tid / 32;
     for (int i = tid; i < kRows * kDistanceBins; i += kThreads) (&b.hist[0][0])[i] = 0;
@@ -644,6 +732,7 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
             b.gathered[r] = 0;
             b.key_base[r] = key_base[r];
             b.count[r] = n[r];
+            b.span[r] = span[r];
         }
     }
     sync();
@@ -699,6 +788,19 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
         }
     }
     sync();
+    // Step 4's way (uniform: read behind the barrier): bitmaps in the histograms' words, zeroed now.
+    bool direct = true;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) direct &= r >= live_rows || b.span[r] <= kDirectKeys;
+    if (direct) {
+        zero_words<kThreads, Sync>(&b.hist[0][0], kRows * kDistanceBins);
+        sync();
+    }
+    // Row r takes the key of relative index `key`: its bit, or at a pick slot.
+    const auto take = [&](int r, int slot, int key) {
+        if (!direct) picks[r * k + slot] = key;
+        else if (uint32_t(key) < uint32_t(kDirectKeys)) atomicOr(&b.hist[r][key / 32], 1u << (key % 32));
+    };
     // 2. Write what is above the boundary bin, gather what is in it.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -725,7 +827,7 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
         const auto write = [&](uint2 c, uint32_t keeps, uint32_t edges) {  // at this warp's slot / edge
             const uint32_t me = 1u << lane;
             const int before = __popc(keeps & prim::lanemask_lt()), edge_before = __popc(edges & prim::lanemask_lt());
-            if (keeps & me) out[r * k + slot + before] = int(c.y) - key_base_r;
+            if (keeps & me) take(r, slot + before, int(c.y) - key_base_r);
             if ((edges & me) && edge + edge_before < kGather) {
                 b.gcode[r][edge + edge_before] = c.x;
                 b.gkey[r][edge + edge_before] = c.y;
@@ -758,7 +860,6 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
                 write(c, __ballot_sync(0xFFFFFFFFu, live && bin > boundary), __ballot_sync(0xFFFFFFFFu, live && bin == boundary));
             });
         }
-        for (int i = min(b.count[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
     }
     sync();
     bool overflow = false;
@@ -772,7 +873,8 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
             count[r] = b.count[r];
             base[r] = b.key_base[r];
         }
-        write_top_k_rows<kThreads, kRows>(lists, count, k, live_rows, base, s, out, sync);
+        write_top_k_rows<kThreads, kRows>(lists, count, k, live_rows, base, s, picks, sync);
+        write_picks_ascending<kThreads, kRows>(b, s, picks, live_rows, k, out, sync);
         return true;
     }
     // 3. The boundary bin's best (k - above) by rank among its gathered candidates.
@@ -786,8 +888,20 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
                 const uint32_t other = b.gcode[r][j];
                 rank += other > c || (other == c && b.gkey[r][j] < key);
             }
-            if (above + rank < k) out[r * k + above + rank] = int(b.gkey[r][i]) - b.key_base[r];
+            if (above + rank < k) take(r, above + rank, int(key) - b.key_base[r]);
         }
+    }
+    sync();
+    // 4. The answers in ascending order.
+    if (!direct) {
+        write_picks_ascending<kThreads, kRows>(b, s, picks, live_rows, k, out, sync);
+        return true;
+    }
+#pragma unroll 1
+    for (int r = 0; r < live_rows; ++r) {  // (each row took min(count, k) keys; place_bitmap's first barrier
+                                            // orders the last row's copy before this row's placing)
+        place_bitmap<kThreads>(b.hist[r], bitmap_words(b.span[r]), 0, 0, b.stage(), k, &s.hist[0][0], sync);
+        copy_answer<kThreads, Sync>(b.stage(), min(b.count[r], k), out + r * k, k);
     }
     sync();
     return true;
