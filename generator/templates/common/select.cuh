@@ -453,10 +453,8 @@ __device__ uint32_t compact_to_top_k(uint32_t* codes, int* keys, int n, int k, S
 // A row's answer is put in order through a bitmap in shared memory: each key sets its bit, then the
 // words are read in order, 128 bits a lane (uint4: 16-byte aligned, a multiple of four words), each
 // warp a contiguous run of them placed by one count per warp: a few instructions per 4,096 keys of
-// the row's span, most of it zero words. The keys go to a staging row in shared memory where the
-// caller has one, then to the output in 16-byte stores: written straight from the scan, each store
-// instruction scatters its lanes' keys over many sectors (at 16K x 32K, top-2048, that made the
-// selector warps' answers 5% of the launch).
+// the row's span, most of it zero words. The keys go to the output as placed, or to a staging row in
+// shared memory where the caller has one spare, then to the output in 16-byte stores.
 
 // Writes the keys of a word's set bits (key0 + bit) at dst[at ..] (none past k); returns the next place.
 __device__ __forceinline__ int emit_bits(uint32_t word, int key0, int at, int* dst, int k) {
@@ -465,51 +463,63 @@ __device__ __forceinline__ int emit_bits(uint32_t word, int key0, int at, int* d
     return at;
 }
 
-// One bitmap of `words` words (bit i: key lo + i) to dst[at ..] in ascending order (none past k),
-// clearing the words it read, so the bitmap is all zero after; returns how many keys it held.
-// totals: kThreads / 32 words of shared memory. Every thread of the group calls it; two barriers,
-// the last at its end.
-template <int kThreads, typename Sync>
-__device__ __forceinline__ int place_bitmap(uint32_t* bits, int words, int lo, int at, int* dst, int k, uint32_t* totals,
-                                            Sync sync) {
+// For each row r < live of kRows bitmaps (row r's `words` words at bits + r * stride, bit i: key lo +
+// i): its keys in ascending order to dst + r * k from place `at` on (none past k), clearing the words
+// it read, so the bitmaps are all zero after; returns row 0's count. totals: kRows * kThreads / 32
+// words of shared memory. Every thread of the group calls it; two barriers for all the rows, the
+// last at its end. (The rows in a loop, not unrolled: per-row registers made the selector warps
+// spill more.)
+template <int kThreads, int kRows, typename Sync>
+__device__ __forceinline__ int place_bitmaps(uint32_t* bits, int stride, int words, int live, int lo, int at, int* dst, int k,
+                                             uint32_t* totals, Sync sync) {
     constexpr int kWarps = kThreads / 32;
     const int tid = group_thread<Sync>(), lane = tid & 31, warp = tid / 32;
     const int quads = words / 4, per_warp = (quads + kWarps - 1) / kWarps;
     const int first = min(warp * per_warp, quads), last = min(first + per_warp, quads);
-    uint4* row = reinterpret_cast<uint4*>(bits);
-    uint32_t count = 0;
-    for (int i = first + lane; i < last; i += 32) {
-        const uint4 v = row[i];
-        count += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
-    }
-    count = __reduce_add_sync(0xFFFFFFFFu, count);
-    if (lane == 0) totals[warp] = count;
-    sync();
-    int pos = at, all = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-        const int t = int(totals[w]);
-        pos += w < warp ? t : 0;
-        all += t;
-    }
-    for (int base = first; base < last; base += 32) {  // (the same rounds in every lane of the warp)
-        const int i = base + lane;
-        const uint4 v = i < last ? row[i] : make_uint4(0u, 0u, 0u, 0u);
-        const uint32_t c = __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
-        const uint32_t inclusive = prim::warp_inclusive_sum(c);
-        if (c != 0) {
-            row[i] = make_uint4(0u, 0u, 0u, 0u);
-            const int key0 = lo + 128 * i;
-            int p = pos + int(inclusive - c);
-            p = emit_bits(v.x, key0, p, dst, k);
-            p = emit_bits(v.y, key0 + 32, p, dst, k);
-            p = emit_bits(v.z, key0 + 64, p, dst, k);
-            emit_bits(v.w, key0 + 96, p, dst, k);
+#pragma unroll 1
+    for (int r = 0; r < min(live, kRows); ++r) {
+        const uint4* row = reinterpret_cast<const uint4*>(bits + r * stride);
+        uint32_t count = 0;
+        for (int i = first + lane; i < last; i += 32) {
+            const uint4 v = row[i];
+            count += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
         }
-        pos += int(__shfl_sync(0xFFFFFFFFu, inclusive, 31));
+        count = __reduce_add_sync(0xFFFFFFFFu, count);
+        if (lane == 0) totals[r * kWarps + warp] = count;
     }
-    sync();  // (totals, the bitmap and dst are read at once)
-    return all;
+    sync();
+    int first_row_count = 0;
+#pragma unroll 1
+    for (int r = 0; r < min(live, kRows); ++r) {
+        int pos = at, all = 0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const int t = int(totals[r * kWarps + w]);
+            pos += w < warp ? t : 0;
+            all += t;
+        }
+        first_row_count = r == 0 ? all : first_row_count;
+        uint4* row = reinterpret_cast<uint4*>(bits + r * stride);
+        int* const dst_row = dst + r * k;
+        for (int base = first; base < last; base += 32) {  // (the same rounds in every lane of the warp)
+            const int i = base + lane;
+            const uint4 v = i < last ? row[i] : make_uint4(0u, 0u, 0u, 0u);
+            const uint32_t c = __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+            const uint32_t inclusive = prim::warp_inclusive_sum(c);
+            if (c != 0) {
+                row[i] = make_uint4(0u, 0u, 0u, 0u);
+                const int key0 = lo + 128 * i;
+                int p = pos + int(inclusive - c);
+                p = emit_bits(v.x, key0, p, dst_row, k);
+                p = emit_bits(v.y, key0 + 32, p, dst_row, k);
+                p = emit_bits(v.z, key0 + 64, p, dst_row, k);
+                emit_bits(v.w, key0 + 96, p, dst_row, k);
+            }
+            pos += int(__shfl_sync(0xFFFFFFFFu, inclusive, 31));
+        }
+    }
+    sync();  // (totals, the bitmaps and dst are read at once)
+    return first_row_count;
 }
 
 // out[i] = stage[i] for i < count, -1 up to k (16-byte stores where out is aligned; stage is). No barrier.
@@ -564,7 +574,7 @@ __device__ int write_ascending(KeyAt key_at, int n, int span, uint32_t* bits, in
             if (x < window) atomicOr(&bits[x / 32], 1u << (x % 32));
         }
         sync();
-        at += place_bitmap<kThreads>(bits, bitmap_words(int(window)), lo, at, stage ? stage : out, k, totals, sync);
+        at += place_bitmaps<kThreads, 1>(bits, 0, bitmap_words(int(window)), 1, lo, at, stage ? stage : out, k, totals, sync);
     }
     if (stage) {
         copy_answer<kThreads, Sync>(stage, min(at, k), out, k);
@@ -639,12 +649,12 @@ namespace sel {
 //     between.
 //  4. The answers in ascending key order. Where every row spans at most kDirectKeys keys (the
 //     histograms' words, free after step 1, as one bitmap a row), steps 2 and 3 set the taken keys'
-//     bits and one scan of a row's bitmap writes it (place_bitmap). Longer rows are written
+//     bits and one scan of the bitmaps writes every row (place_bitmaps). Longer rows are written
 //     to `picks` first, at slots that each warp reserves (counted first in registers, one atomic a
 //     row; lists whose every pass reads memory, Lists::kPassesReadMemory, reserve a round of loads
 //     at a time instead, for one pass over memory, not two), then each row is put in order through
-//     the histograms' words, a window at a time (write_ascending). Each answer is put together in
-//     the gather arrays, then written in 16-byte stores.
+//     the histograms' words, a window at a time (write_ascending), each answer put together in the
+//     gather arrays, then written in 16-byte stores.
 // A boundary bin too full to gather (heavy ties: every candidate's code equal, say) sends the whole
 // call back to write_top_k_rows (into picks, then in order), which rewrites every answer
 // (kRadixFallback), or returns false with nothing written to out, for the caller to have the rows
@@ -897,13 +907,17 @@ __device__ __forceinline__ bool write_top_k_rows_binned(const Lists& lists, cons
         write_picks_ascending<kThreads, kRows>(b, s, picks, live_rows, k, out, sync);
         return true;
     }
+    // (Every row at once, straight to out: two barriers for the block. Staged a row at a time in
+    // shared memory, two barriers a row, was no faster: experiment log, "2026-12-02: same answer
+    // every time".)
+    int longest = 0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) longest = r < live_rows ? max(longest, b.span[r]) : longest;
+    place_bitmaps<kThreads, kRows>(&b.hist[0][0], kDistanceBins, bitmap_words(longest), live_rows, 0, 0, out, k,
+                                   &s.hist[0][0], sync);
 #pragma unroll 1
-    for (int r = 0; r < live_rows; ++r) {  // (each row took min(count, k) keys; place_bitmap's first barrier
-                                            // orders the last row's copy before this row's placing)
-        place_bitmap<kThreads>(b.hist[r], bitmap_words(b.span[r]), 0, 0, b.stage(), k, &s.hist[0][0], sync);
-        copy_answer<kThreads, Sync>(b.stage(), min(b.count[r], k), out + r * k, k);
-    }
-    sync();
+    for (int r = 0; r < live_rows; ++r)  // (each row took min(count, k) keys)
+        for (int i = min(b.count[r], k) + tid; i < k; i += kThreads) out[r * k + i] = -1;
     return true;
 }
 
