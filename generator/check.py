@@ -116,7 +116,7 @@ def verify_variant(variant: Variant, family: str, rows: int, keys: int, seed: in
     wl = make_workload(family, rows, keys, variant.heads, variant.top_k, seed=seed, device="cuda")
     stats: dict = {}
     out = run_poisoned(variant, wl, stats)
-    repeat = repeat_detail(out, run_poisoned(variant, wl))
+    repeat = repeat_detail(out, run_poisoned(variant, wl, {}))
     rows_to_check = None
     if sample_rows is not None and sample_rows < rows:
         rows_to_check = set(sampled_rows(rows, sample_rows, seed))

@@ -58,14 +58,15 @@ def test_every_shipped_variant_compiles(tmp_cache):
             assert 0 < report.registers <= 255
             if getattr(p.variant, "select_warps", 0) and kernel == "fused_mqa_topk_gate_kernel":
                 # Selector warps run at 56 registers beside the scan: a few per-block scalars spill
-                # (16-48 bytes stored in the shipped variants, a load at the top of two of their
-                # passes' loops), off the critical path; the math warps' scan, at 152-224, must not.
+                # (44-76 bytes stored in the shipped variants, 16-48 before the answers were put in
+                # ascending order; a load at the top of two of their passes' loops), off the critical
+                # path; the math warps' scan, at 152-224, must not.
                 # With a selector warpgroup more the math warpgroups have 200 registers, and three
                 # per-block values (20 bytes) spill outside the scan loop (tools/sass.py shows which);
                 # at H = 64 the selector warps' passes spill 116 bytes (the short-context
                 # buckets ship them; 104 before the answers were put in ascending order), the scan
                 # and sample loops none.
-                limit = 120 if p.variant.select_warps > 3 else 64
+                limit = 120 if p.variant.select_warps > 3 else 80
                 assert report.spill_store_bytes <= limit, (p.variant.name, kernel, report)
             elif getattr(p.variant, "sample_tiles", 0) and kernel == "fused_mqa_topk_gate_kernel":
                 # The gated kernel with the math warps selecting: at H = 64 top-1024 (shipped for the
