@@ -106,7 +106,7 @@ def main() -> int:
                     log.write(json.dumps({"heads": heads, "top_k": top_k, "rows": rows, "keys": keys,
                                           "variant": variant.name, "ms": ms, "rounds": times, "ok": ok}) + "\n")
                     log.flush()
-                del wl, out, calls
+                calls.clear()  # (the next chunk's tensors replace this one's)
                 torch.cuda.empty_cache()
     return 1 if bad else 0
 
