@@ -252,8 +252,9 @@ def _duplicate_keys(rows, keys, heads, top_k, gen, device) -> Workload:
     return replace(base, k_fp8=base.k_fp8[source].contiguous(), k_scale=base.k_scale[source].contiguous())
 
 
-def _integers(rows, keys, heads, gen, device, low: int, high: int) -> torch.Tensor:
-    return torch.randint(low, high + 1, (rows, keys), generator=gen, device=device).float()
+def _integers(shape: tuple[int, ...], low: int, high: int, gen, device) -> torch.Tensor:
+    """Uniform integers in [low, high], as floats."""
+    return torch.randint(low, high + 1, shape, generator=gen, device=device).float()
 
 
 def _integer_ties(rows, keys, heads, top_k, gen, device) -> Workload:
@@ -262,9 +263,9 @@ def _integer_ties(rows, keys, heads, top_k, gen, device) -> Workload:
     # truncation) all compute exactly. Scores take a few hundred values over thousands of keys, so
     # ties cross the k-th place in every row, and every path must take the same keys.
     base = _random(rows, keys, heads, top_k, gen, device, "integer_ties")
-    q = _integers(rows * heads, DIM, heads, gen, device, -1, 1).view(rows, heads, DIM)
-    return replace(base, q=fp8(q), k_fp8=fp8(_integers(keys, DIM, heads, gen, device, -1, 1)),
-                   k_scale=torch.ones_like(base.k_scale), weights=_integers(rows, heads, heads, gen, device, 1, 2))
+    q = _integers((rows, heads, DIM), -1, 1, gen, device)
+    return replace(base, q=fp8(q), k_fp8=fp8(_integers((keys, DIM), -1, 1, gen, device)),
+                   k_scale=torch.ones_like(base.k_scale), weights=_integers((rows, heads), 1, 2, gen, device))
 
 
 def _relu_plateau(rows, keys, heads, top_k, gen, device) -> Workload:
@@ -272,12 +273,12 @@ def _relu_plateau(rows, keys, heads, top_k, gen, device) -> Workload:
     # them, positive integers: a row's k-th place is on the plateau of exact zeros, which the smallest
     # indices must win.
     base = _random(rows, keys, heads, top_k, gen, device, "relu_plateau")
-    q = _integers(rows * heads, DIM, heads, gen, device, 1, 2).view(rows, heads, DIM)
-    k = -_integers(keys, DIM, heads, gen, device, 1, 2)
+    q = _integers((rows, heads, DIM), 1, 2, gen, device)
+    k = -_integers((keys, DIM), 1, 2, gen, device)
     hot = torch.randperm(keys, generator=gen, device=device)[: top_k // 2]
     k[hot] = -k[hot]
     return replace(base, q=fp8(q), k_fp8=fp8(k), k_scale=torch.ones_like(base.k_scale),
-                   weights=_integers(rows, heads, heads, gen, device, 1, 2))
+                   weights=_integers((rows, heads), 1, 2, gen, device))
 
 
 FAMILIES: dict[str, Callable[..., Workload]] = {

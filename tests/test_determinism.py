@@ -21,10 +21,10 @@ from conftest import GPU_SKIP, requires_gpu
 from generator import check
 from runtime import dense_mqa_topk, fused_mqa_topk, reference_mqa_topk
 from runtime.dense import DENSE_ENV
-from runtime.fused import launch_variant
 from runtime.verify import verify_topk
 from runtime.workloads import EXACT_TIE_FAMILIES, make_workload
 from test_gpu_reliability import KINDS, splits_its_tail
+from test_gpu_reliability import run as run_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 TIE_FAMILIES = ("all_equal", "relu_plateau", "duplicate_keys", "boundary_ties", "integer_ties")
@@ -33,10 +33,8 @@ REPEATS = 50
 
 
 def fused(variant):
-    def run(wl):
-        out = torch.full((wl.rows, wl.top_k), check.POISON, dtype=torch.int32, device=wl.q.device)
-        return launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, out=out)
-    return run
+    """The variant over a poisoned output (test_gpu_reliability.run)."""
+    return lambda wl: run_variant(variant, wl)
 
 
 def dense_histogram(wl):
