@@ -11,13 +11,13 @@ import torch
 
 import generator
 import runtime
-from generator.build import build, nvcc_path
-from generator.render import render
-from generator.space import default_variant
+from generator.verify import verify_topk
+from generator.workloads import make_workload
+from runtime.build import build, nvcc_path
+from runtime.defaults import default_variant
 from runtime.gpu import identify
+from runtime.render import render
 from runtime.table import load_table, table_for
-from runtime.verify import verify_topk
-from runtime.workloads import make_workload
 
 checkout = os.environ["CHECKOUT"]  # the source tree the wheel was built from: nothing may come from it
 for module in (generator, runtime):

@@ -28,8 +28,9 @@ def cmd_list(args) -> int:
 def valid_specs(names: list[str]) -> list | None:
     """The variants these names describe, or None after saying, per name, why it is not one the
     variant space accepts (nothing is sent to nvcc that would be rejected before compiling)."""
-    from .build import spec_from_name
-    from .dense_variant import DenseVariant, dense_rejection_reason
+    from runtime.build import spec_from_name
+    from runtime.dense_variant import DenseVariant, dense_rejection_reason
+
     from .space import rejection_reason
 
     specs, bad = [], 0
@@ -49,7 +50,7 @@ def valid_specs(names: list[str]) -> list | None:
 
 
 def cmd_render(args) -> int:
-    from .build import build, plan, write_source
+    from runtime.build import build, plan, write_source
 
     variants = valid_specs(args.names)
     if variants is None:
@@ -66,7 +67,8 @@ def cmd_render(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from .build import build, cache_dir, resource_report
+    from runtime.build import build, cache_dir, resource_report
+
     from .shipped import shipped_dense_variants, shipped_variants
 
     variants = valid_specs(args.names)

@@ -15,19 +15,26 @@ from pathlib import Path
 
 import torch
 
+from runtime.defaults import default_variant
 from runtime.dense import dense_mqa_topk, dense_variant_for
+from runtime.dense_variant import DenseVariant
 from runtime.fused import launch_variant
-from runtime.loader import aligned16 as _aligned, load
-from runtime.scoring import logits_window, window_pieces
 from runtime.gpu import device_identity
+from runtime.loader import aligned16 as _aligned
+from runtime.loader import load
+from runtime.scoring import logits_window, window_pieces
 from runtime.table import load_table, nearest, table_for
-from runtime.verify import verify_topk
-from runtime.workloads import make_workload
+from runtime.variant import Variant
 
-from .dense_variant import DenseVariant
-from .timing import median_ms, scoring_floor_ms, scoring_tflops, visible_pairs
-from .space import default_variant
-from .variant import Variant
+from .timing import (
+    median_ms,
+    scaled_mm_tflops,
+    scoring_floor_ms,
+    scoring_tflops,
+    visible_pairs,
+)
+from .verify import verify_topk
+from .workloads import make_workload
 
 
 def fused_variant(name: str, heads: int, top_k: int, rows: int, keys: int) -> Variant:
@@ -37,25 +44,6 @@ def fused_variant(name: str, heads: int, top_k: int, rows: int, keys: int) -> Va
         entry = nearest(load_table(table_for(device_identity(torch.cuda.current_device())).path) or [], heads, top_k, rows, keys)
         return Variant.from_name(entry.variant) if entry else default_variant(heads, top_k)
     return default_variant(heads, top_k) if name == "default" else Variant.from_name(name)
-
-
-def scaled_mm_op(n: int = 8192):
-    """One fp8 torch._scaled_mm of n^3 on random data, as a closure (and its FLOPs)."""
-    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).T
-    one = torch.ones((), device="cuda")
-    return (lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)), 2 * n**3
-
-
-def scaled_mm_tflops(n: int = 8192, seconds: float = 0.0) -> float:
-    """torch._scaled_mm's fp8 rate at n^3: the median of a burst of 20 products, or with `seconds`, of
-    products run back to back for that long. The two differ on a power-capped card: an H200 holds its
-    700 W cap under sustained load, and there this rate fell from about 1,450 (burst) to 1,230 TFLOP/s
-    at 1,410 MHz, while a 70 ms fused launch held 1,725 MHz (tools/clocks.py; experiment log,
-    "2026-12-01: power cap"). A launch timed over seconds is held to the sustained floor."""
-    op, flops = scaled_mm_op(n)
-    ms = median_ms(op, warmup=3, reps=1 << 30, max_seconds=seconds) if seconds else median_ms(op, warmup=3, reps=20)
-    return flops / (ms * 1e-3) / 1e12
 
 
 def logits_only_ms(wl, budget: int, variant: DenseVariant | None = None, lib=None) -> float:

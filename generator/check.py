@@ -21,18 +21,19 @@ from pathlib import Path
 
 import torch
 
+from runtime.arch import arch_for_capability
+from runtime.defaults import default_variants
 from runtime.dense import dense_mqa_topk, run_dense
+from runtime.dense_variant import DenseVariant
 from runtime.fused import launch_variant
 from runtime.scoring import logits_window
-from runtime.verify import verify_topk
-from runtime.workloads import FAMILIES, make_workload
+from runtime.variant import Variant
 
-from .arch import arch_for_capability
-from .dense_variant import DenseVariant
 from .provenance import code_digest
-from .space import AXES, default_variants
+from .space import AXES
 from .timing import median_ms, scoring_tflops, visible_pairs
-from .variant import Variant
+from .verify import verify_topk
+from .workloads import FAMILIES, make_workload
 
 POISON = -7  # what the output holds before a run: never a valid index nor the -1 pad
 

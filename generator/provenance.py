@@ -1,36 +1,14 @@
-"""Where a measurement came from: the kernel code it timed, the GPU and the software it ran on.
-
-A tuned entry is only as good as the code it timed: a table made for other kernels says so at run
-time (runtime.dispatch), and optuna studies are keyed by the GPU identity and this digest, so that a
-stored study never reuses timings of another GPU or of older kernels.
-"""
+"""Where a measurement came from: the kernel code it timed (runtime.kernel_code), the GPU and the
+software it ran on."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
-from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 
-# The modules whose content decides what a variant's library computes and how fast: the templates,
-# the parameters they are rendered from, the rendering and the compiler flags.
-KERNEL_MODULES = ("arch.py", "variant.py", "dense_variant.py", "render.py", "build.py")
+from runtime.kernel_code import code_digest
 
-
-@lru_cache(maxsize=1)
-def code_digest() -> str:
-    """16 hex digits of sha256 over the templates and KERNEL_MODULES (file names and bytes)."""
-    h = hashlib.sha256()
-    package = resources.files("generator")
-    templates = Path(str(package / "templates"))
-    files = sorted(p for p in templates.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    for path in files:
-        h.update(str(path.relative_to(templates)).encode() + b"\0" + path.read_bytes() + b"\0")
-    for name in KERNEL_MODULES:
-        h.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+__all__ = ["code_digest", "gpu_record", "software_record"]
 
 
 def gpu_record(index: int) -> dict:
@@ -61,7 +39,7 @@ def software_record() -> dict:
     """torch, its CUDA, and nvcc where there is one."""
     import torch
 
-    from .build import nvcc_version_or_none
+    from runtime.build import nvcc_version_or_none
 
     record = {"torch": torch.__version__, "cuda": torch.version.cuda}
     nvcc = nvcc_version_or_none()

@@ -17,9 +17,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.variant import Variant
+
 from .space import valid_variants
 from .tune import Bucket, Comparison, VerificationError, open_study, search_bucket
-from .variant import Variant
 
 
 class Recorded:
@@ -119,10 +120,10 @@ def main(args) -> int:
     if not torch.cuda.is_available():
         print("python -m generator regret: times variants on a GPU; none here.", file=__import__("sys").stderr)
         return 2
+    from runtime.arch import arch_for_capability
+    from runtime.build import build
     from runtime.gpu import device_identity
 
-    from .arch import arch_for_capability
-    from .build import build
     from .tune import GpuMeasurer
 
     arch = arch_for_capability(*device_identity(torch.cuda.current_device()).capability).name

@@ -83,8 +83,9 @@ def stored_results(table: Path, storage) -> list:
     study of today's code; an entry without a digest has none."""
     import optuna
 
-    from .tune import Bucket, BucketResult, Comparison, counts, study_name
-    from .variant import Variant
+    from runtime.variant import Variant
+
+    from .study import Bucket, BucketResult, Comparison, counts, study_name
 
     meta = table_meta(table)
     arch, gpu = meta.get("arch"), meta.get("identity")

@@ -21,7 +21,7 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from .variant import Variant
+from runtime.variant import Variant
 
 CLAIM = "variant"  # a trial's system attribute: the name of the variant it measures
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 
-from runtime.table import shipped_table_dir
+from runtime.defaults import default_variants
+from runtime.dense_variant import DenseVariant, default_dense_variant
+from runtime.table import SHIPPED_TABLE_DIR
+from runtime.variant import Variant
 
-from .dense_variant import DenseVariant, default_dense_variant
-from .space import AXES, default_variants
-from .variant import Variant
+from .space import AXES
 
 
 def shipped_dense_variants() -> list[DenseVariant]:
@@ -20,7 +21,7 @@ def shipped_dense_variants() -> list[DenseVariant]:
 
 def shipped_variants() -> list[Variant]:
     names = set()
-    for path in sorted(shipped_table_dir().glob("*.json")):
+    for path in sorted(SHIPPED_TABLE_DIR.glob("*.json")):
         names.update(e["variant"] for e in json.loads(path.read_text())["entries"])
     variants = {Variant.from_name(n) for n in names}
     variants.update(v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k))

@@ -1,4 +1,5 @@
-"""The variant space: the axes, the rule that rejects a point (with its reason), enumeration."""
+"""The variant space: the axes, the rule that rejects a point (with its reason), enumeration, and
+where a study starts (runtime.defaults' untuned variants, then shapes that won elsewhere)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 
-from .arch import ARCHS
-from .variant import BUFFERS, Variant, smallest_wgmma_buffer
+from runtime.arch import ARCHS
+from runtime.defaults import default_variant, default_variants
+from runtime.variant import BUFFERS, Variant
 
 SUPPORTED_HEADS = (32, 64)
 SUPPORTED_TOP_K = (512, 1024, 2048)
@@ -95,12 +97,6 @@ def valid_variants(**fixed) -> list[Variant]:
     return [v for v, reason in enumerate_space(**fixed) if reason is None]
 
 
-def kernel_kinds(arch: str = "sm90a") -> list[tuple[str, bool]]:
-    """The (scoring core, gated) kernels `arch` can run: mma.sync and wgmma cores, the gate on wgmma."""
-    kinds = [(mma, False) for mma in ARCHS[arch].mma_kinds]
-    return kinds + [("wgmma", True)] if "wgmma" in ARCHS[arch].mma_kinds else kinds
-
-
 def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant]:
     """The points a tuning study measures before it searches: the arch's default (its fastest kind),
     shapes of that kind that won buckets where the default did not, then the other kinds' defaults.
@@ -133,40 +129,3 @@ def neighbors(v: Variant, axes: tuple[str, ...]) -> list[Variant]:
                 if rejection_reason(w) is None:
                     out.append(w)
     return out
-
-
-def default_variant(heads: int, top_k: int, arch: str = "sm90a", mma: str | None = None,
-                    gated: bool | None = None) -> Variant:
-    """A sound untuned choice, used where no tuned table names one (tests, first builds); `mma`
-    defaults to the arch's fastest core (wgmma where it exists), `gated` to the gate on wgmma."""
-    if mma is None:
-        mma = "wgmma" if "wgmma" in ARCHS[arch].mma_kinds else "mmasync"
-    if gated is None:
-        gated = mma == "wgmma"
-    if gated:
-        # 128 (row, head) columns, three math warpgroups (192 keys per tile), slabs of 16K candidates.
-        # Four warpgroups get only 104 registers each and spill; three get 152 and do not. Three were
-        # the fastest shape at 128K keys on an H200; from 256K up two of two slices each win
-        # (starting_points), which tuned tables pick (experiment log, "2026-11-29: logits kernel's
-        # time" and "2026-11-29: cheaper epilogue").
-        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=192, warps=12, stages=4,
-                    buffer=16384, sample_tiles=32)
-    elif mma == "wgmma":  # 128 (row, head) columns, two math warpgroups, the smallest buffer that fits
-        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=128 // heads, key_tile=128, warps=8, stages=4,
-                    buffer=smallest_wgmma_buffer(top_k))
-    else:
-        v = Variant(mma=mma, arch=arch, heads=heads, top_k=top_k, rows=64 // heads, key_tile=256, warps=8, stages=3,
-                    buffer=top_k * 2 if top_k >= 1024 else 1024)
-    reason = rejection_reason(v)
-    if reason:
-        # Fall back to the smallest valid footprint (e.g. archs with less shared memory).
-        candidates = [c for c in valid_variants(mma=mma, arch=arch, heads=heads, top_k=top_k) if c.gated == gated]
-        if not candidates:
-            raise ValueError(f"no valid {mma} variant for heads={heads}, top_k={top_k} on {arch}: {reason}")
-        v = min(candidates, key=lambda c: c.smem_bytes())
-    return v
-
-
-def default_variants(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant]:
-    """One default per kernel kind of `arch` (what CI compiles and the GPU tests run)."""
-    return [default_variant(heads, top_k, arch, mma, gated) for mma, gated in kernel_kinds(arch)]

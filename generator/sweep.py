@@ -48,7 +48,7 @@ def sweep_shapes(heads: list[int], top_ks: list[int]) -> list[Shape]:
 
 def chunk(shape: Shape, seed: int = 0, device="cuda"):
     """The shape's workload: random data, `requests` requests side by side, causal rows in each."""
-    from runtime.workloads import packed_workload
+    from .workloads import packed_workload
 
     return packed_workload(shape.rows, shape.keys, shape.heads, shape.top_k, shape.requests, seed=seed, device=device)
 
@@ -72,10 +72,9 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
     import torch
 
     from runtime import dense_mqa_topk, explain, fused_mqa_topk
-    from runtime.verify import verify_topk
 
-    from .bench import scaled_mm_tflops
-    from .timing import median_ms, scoring_floor_ms, visible_pairs
+    from .timing import median_ms, scaled_mm_tflops, scoring_floor_ms, visible_pairs
+    from .verify import verify_topk
 
     rate = scaled_mm_tflops(seconds=sustain_s)
     print(f"{torch.cuda.get_device_name()}: _scaled_mm sustained {rate:.0f} TFLOP/s over {sustain_s:.0f} s", flush=True)

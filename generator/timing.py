@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import torch
 
-
 # GPU cycles the stream sleeps before a launch-hidden timing (about 120 us at the H200's clocks):
 # longer than the host takes to enqueue one call of ours (28-60 us on the lent hosts).
 HIDE_LAUNCH_CYCLES = 200_000
@@ -60,3 +59,22 @@ def scoring_tflops(pairs: int, heads: int, ms: float) -> float:
 def scoring_floor_ms(pairs: int, heads: int, tflops: float) -> float:
     """The time scoring `pairs` visible pairs takes at `tflops` (scoring_tflops' inverse): the fp8 floor."""
     return 2 * heads * 128 * pairs / (tflops * 1e12) * 1e3
+
+
+def scaled_mm_op(n: int = 8192):
+    """One fp8 torch._scaled_mm of n^3 on random data, as a closure (and its FLOPs)."""
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).T
+    one = torch.ones((), device="cuda")
+    return (lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)), 2 * n**3
+
+
+def scaled_mm_tflops(n: int = 8192, seconds: float = 0.0) -> float:
+    """torch._scaled_mm's fp8 rate at n^3: the median of a burst of 20 products, or with `seconds`, of
+    products run back to back for that long. The two differ on a power-capped card: an H200 holds its
+    700 W cap under sustained load, and there this rate fell from about 1,450 (burst) to 1,230 TFLOP/s
+    at 1,410 MHz, while a 70 ms fused launch held 1,725 MHz (tools/clocks.py; experiment log,
+    "2026-12-01: power cap"). A launch timed over seconds is held to the sustained floor."""
+    op, flops = scaled_mm_op(n)
+    ms = median_ms(op, warmup=3, reps=1 << 30, max_seconds=seconds) if seconds else median_ms(op, warmup=3, reps=20)
+    return flops / (ms * 1e-3) / 1e12

@@ -20,24 +20,40 @@ The measuring is behind a small interface (Measurer) so the bookkeeping runs on 
 
 from __future__ import annotations
 
-import datetime
 import importlib.util
 import statistics
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
-from runtime.table import (Entry, find_table, load_table, longest_row, save_table, table_dir, table_meta, table_path,
-                           table_paths)
+from runtime.arch import arch_for_capability
+from runtime.table import (
+    Entry,
+    find_table,
+    load_table,
+    save_table,
+    table_dir,
+    table_meta,
+    table_path,
+    table_paths,
+)
+from runtime.variant import Variant
 
-from .arch import arch_for_capability
 from .provenance import code_digest
 from .space import AXES, enumerate_space, neighbors, rejection_reason, starting_points
-from .variant import Variant
+from .study import (
+    Bucket,
+    BucketResult,
+    Comparison,
+    VerificationError,
+    counts,
+    now,
+    study_name,
+)
 
 TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles", "select_warps")
 # The order a study walks the best point's neighbours in (space.neighbors): who selects first (the
@@ -66,41 +82,6 @@ DEFAULT_SHAPES = ((64, 8192), (64, 32_768), (64, 131_072), (64, 524_288), (512, 
                   (512, 524_288), (4096, 8192), (4096, 16_384), (16_384, 16_384), (4096, 32_768), (16_384, 32_768), (16_384, 131_072),
                   (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576), (16_384, 32_768, 8), (16_384, 131_072, 8),
                   (16_384, 524_288, 8))
-
-
-@dataclass(frozen=True, order=True)
-class Bucket:
-    heads: int
-    top_k: int
-    rows: int
-    keys: int
-    requests: int = 1  # equal causal requests side by side (runtime.workloads.packed_workload)
-
-    @property
-    def name(self) -> str:
-        return f"h{self.heads}_k{self.top_k}_m{self.rows}_n{self.keys}" + (f"_q{self.requests}" if self.requests > 1 else "")
-
-    @property
-    def longest_row(self) -> int:
-        return longest_row(self.keys, self.requests)
-
-    @staticmethod
-    def of(entry: Entry) -> "Bucket":
-        return Bucket(entry.heads, entry.top_k, entry.rows, entry.keys, entry.requests)
-
-
-class VerificationError(RuntimeError):
-    """A variant's output broke the contract on the bucket's inputs."""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A fused variant and the dense path timed alike: medians (ms) and relative spreads."""
-
-    fused_ms: float
-    fused_spread: float
-    dense_ms: float
-    dense_spread: float
 
 
 class Measurer(Protocol):
@@ -138,39 +119,6 @@ def _tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, tuple]:
     return {a: tuple(sorted(values)) for a, values in seen.items()}
 
 
-@dataclass
-class BucketResult:
-    bucket: Bucket
-    best: Variant | None
-    comparison: Comparison | None
-    trials: int  # measured candidates (complete, failed, or stopped by the pruner)
-    rejected: int
-    failed: int
-    pruned: int = 0
-    study: object = None  # the optuna study (for the report's plots)
-    search_s: float = 0.0  # wall seconds of the search here (0: searched by workers, or not searched)
-    settle_s: float = 0.0  # wall seconds of the settling (Measurer.compare)
-
-    def entry(self, verified: str = "") -> Entry | None:
-        if self.best is None or self.comparison is None:
-            return None
-        b, c = self.bucket, self.comparison
-        return Entry(b.heads, b.top_k, b.rows, b.keys, self.best.name, round(c.fused_ms, 4), round(c.dense_ms, 4),
-                     round(c.fused_spread, 4), round(c.dense_spread, 4), now(), code_digest(), self.trials, verified,
-                     b.requests, round(self.search_s + self.settle_s, 1))
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def study_name(arch: str, bucket: Bucket, gpu: str, code: str | None = None) -> str:
-    """A study per GPU identity, kernel code and bucket: a stored study never mixes GPUs or code.
-    code: the digest the study measured (an entry's `code`, what the report finds its study by);
-    default this code's."""
-    return f"{gpu}_{code_digest() if code is None else code}_{arch}_{bucket.name}"
-
-
 def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent: Variant | None = None,
                gpu: str = "local"):
     """The bucket's study, with the search's sampler and pruner (generator.search): the starting
@@ -189,25 +137,6 @@ def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent
                                optuna.samplers.TPESampler(seed=seed, n_startup_trials=8))
     return optuna.create_study(study_name=study_name(arch, bucket, gpu), storage=storage, load_if_exists=True,
                                direction="minimize", sampler=sampler, pruner=SlowerThanBestPruner())
-
-
-def counts(study) -> dict[str, int]:
-    """Trials of a study by what became of them: measured (complete, failed, pruned on its timings),
-    running, rejected (an invalid point), duplicate (a point another trial had)."""
-    from optuna.trial import TrialState as S
-
-    out = dict.fromkeys(("measured", "running", "rejected", "duplicate", "failed", "pruned"), 0)
-    for t in study.get_trials(deepcopy=False):
-        kind = "rejected" if "rejected" in t.user_attrs else "duplicate" if "duplicate" in t.user_attrs else None
-        if kind:
-            out[kind] += 1
-        elif t.state == S.RUNNING:
-            out["running"] += 1
-        elif t.state in (S.COMPLETE, S.FAIL, S.PRUNED):
-            out["measured"] += 1
-            out["failed"] += t.state == S.FAIL
-            out["pruned"] += t.state == S.PRUNED
-    return out
 
 
 def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8,
@@ -345,7 +274,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
     return results
 
 
-VERIFIED = ("two-sided verifier (runtime.verify), strict (ascending, ties by index), on 64 random rows and the first "
+VERIFIED = ("two-sided verifier (generator.verify), strict (ascending, ties by index), on 64 random rows and the first "
             "and last, outputs poisoned")
 
 
@@ -424,7 +353,7 @@ class GpuMeasurer:
         self._workloads: dict[Bucket, object] = {}
 
     def workload(self, bucket: Bucket):
-        from runtime.workloads import packed_workload
+        from .workloads import packed_workload
 
         if bucket not in self._workloads:
             self._workloads.clear()  # one bucket's inputs on the GPU at a time
@@ -444,9 +373,9 @@ class GpuMeasurer:
         """A call of `variant` into its output, once its run over a poisoned output verified on
         sampled rows."""
         from runtime.fused import launch_variant
-        from runtime.verify import verify_topk
 
         from .check import run_poisoned, sampled_rows
+        from .verify import verify_topk
 
         wl = self.workload(bucket)
         out = run_poisoned(variant, wl)
@@ -519,7 +448,7 @@ def first_candidates(buckets: list[Bucket], arch: str, tables: list[Path]) -> li
 def prebuild(variants: list[Variant], build_fn, log=print) -> None:
     """Compiles `variants` at once (those not in the cache); a failure is left to the search, which
     builds each batch it measures again and reports it there."""
-    from .build import BuildError
+    from runtime.build import BuildError
 
     log(f"compiling the {len(variants)} variants the studies measure first, where not in the cache")
     try:
@@ -578,7 +507,7 @@ def add_arguments(p) -> None:
                         "study where there is one GPU)")
     p.add_argument("--worker", action="store_true", help="search only, into --storage, and write no table (what "
                                                          "--gpus starts on each GPU; start it yourself on other hosts)")
-    p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: FUSED_MQA_TOPK_TABLES, else ~/.local/share/fused-mqa-topk/tables; the shipped table: runtime/tuned_configs)")
+    p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: FUSED_MQA_TOPK_TABLES, else ~/.local/share/fused-mqa-topk/tables; the shipped table: tuned_configs/)")
     p.add_argument("--refresh", action="store_true",
                    help="re-time the table's variants against today's dense path instead of searching")
     p.add_argument("--resume", action="store_true",
@@ -610,7 +539,8 @@ def main(args) -> int:
     if importlib.util.find_spec("optuna") is None:
         print("optuna is missing: pip install optuna", file=sys.stderr)
         return 2
-    from .build import build
+    from runtime.build import build
+
     from .provenance import gpu_record, software_record
     from .workers import JOURNAL, gpu_count, run_workers, storage_for
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from generator.variant import Variant
-
 from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs
 from .dense import dense_mqa_topk
 from .dispatch import Decision, choose_variant, decide
 from .fused import AUTO, fused_op, run_checked
 from .reference import reference_mqa_topk
+from .variant import Variant
 
 __all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "explain", "choose_variant", "check_inputs",
            "SUPPORTED_HEADS", "SUPPORTED_TOP_K", "Problem", "Decision"]

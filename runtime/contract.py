@@ -6,6 +6,9 @@ from typing import NamedTuple
 
 import torch
 
+from .dense_kernels import dense_variant_for
+from .loader import KernelUnavailable, aligned16, allocate, launch_on, load
+
 DIM = 128
 SUPPORTED_HEADS = (32, 64)
 SUPPORTED_TOP_K = (512, 1024, 2048)
@@ -163,7 +166,7 @@ def _nan_codes(x: torch.Tensor) -> torch.Tensor:
     return (x.view(torch.uint8) & 0x7F) == 0x7F
 
 
-# One bit per rule, as generator/templates/common/input_check.cuh sets them.
+# One bit per rule, as templates/common/input_check.cuh sets them.
 KS_NEGATIVE, KS_ABOVE_KE, KE_ABOVE_N, BAD_SCALE, BAD_WEIGHTS, NAN_Q, NAN_K = (1 << i for i in range(7))
 
 
@@ -201,9 +204,6 @@ def _kernel_checks(q, k_fp8, ks, ke, keys, k_scale, weights, top_k) -> tuple[int
     (not a Hopper GPU, or the library cannot be had: the torch checks serve, without a warning)."""
     if q.device.type != "cuda":
         return None
-    from .dense import dense_variant_for
-    from .loader import KernelUnavailable, aligned16, allocate, launch_on, load
-
     variant = dense_variant_for(q.device, q.shape[1], top_k)
     if variant is None:
         return None

@@ -4,7 +4,7 @@ This is how serving engines run the indexer today (a logits kernel, then a top-k
 pieces of at most 512 MiB of logits): the baseline the fused kernel is measured against and the
 fallback for everything the fused kernel does not serve.
 
-On Hopper it runs our own kernels (generator/templates/dense_mqa_topk_sm90.cu.j2: a TMA + wgmma logits
+On Hopper it runs our own kernels (templates/dense_mqa_topk_sm90.cu.j2: a TMA + wgmma logits
 kernel and a histogram top-k). Elsewhere it runs in torch: fp8 tensor-core logits through
 torch._scaled_mm where the GPU has them, else exact fp32, then torch.topk.
 """
@@ -13,29 +13,19 @@ from __future__ import annotations
 
 import torch
 
-from generator.dense_variant import SHORT_ROW_KEYS, DenseVariant, default_dense_variant
-
 from .contract import check_inputs, clamp_ranges
-from .environment import getenv
-from .gpu import device_identity
+from .dense_kernels import dense_variant_for
+from .dense_variant import DenseVariant
 from .loader import DenseLibrary, aligned16, allocate, launch_on, load, load_or_warn
-from .scoring import fp8_tensor_core_product, fp32_product, has_fp8_tensor_cores, topk_by_pieces, window_pieces
+from .scoring import (
+    fp8_tensor_core_product,
+    fp32_product,
+    has_fp8_tensor_cores,
+    topk_by_pieces,
+    window_pieces,
+)
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
-DENSE_ENV = "FUSED_MQA_TOPK_DENSE"  # "auto" (default): our kernels where they run; "torch": always torch
-
-
-def dense_variant_for(device: torch.device, heads: int, top_k: int, longest_row: int | None = None) -> DenseVariant | None:
-    """The dense kernels for this device and chunk (rows that see at most `longest_row` keys; None:
-    unknown), or None where they do not run (torch serves instead)."""
-    if getenv(DENSE_ENV, "auto") == "torch" or device.type != "cuda":
-        return None
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if device_identity(index).capability != (9, 0):  # (cached: every call asks)
-        return None
-    return default_dense_variant(heads, top_k, short_rows=longest_row is not None and longest_row <= SHORT_ROW_KEYS)
-
-
 def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
                    logits_budget_bytes: int = DEFAULT_LOGITS_BUDGET, validate: bool = True,
                    variant: DenseVariant | None = None, max_visible_keys: int | None = None) -> torch.Tensor:

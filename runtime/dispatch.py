@@ -17,14 +17,21 @@ from functools import lru_cache
 
 import torch
 
-from generator.provenance import code_digest
-from generator.space import default_variant
-from generator.variant import Variant
-
 from .contract import Problem
+from .defaults import default_variant
 from .environment import getenv, snapshot
 from .gpu import device_identity
-from .table import RECHECK_S, TABLE_ENVIRONMENT, Entry, TableChoice, current_table, load_table, nearest
+from .kernel_code import code_digest
+from .table import (
+    RECHECK_S,
+    TABLE_ENVIRONMENT,
+    Entry,
+    TableChoice,
+    current_table,
+    load_table,
+    nearest,
+)
+from .variant import Variant
 
 PATH_ENV = "FUSED_MQA_TOPK_PATH"
 PATHS = ("auto", "fused", "dense")

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import torch
 
-from generator.variant import Variant
-
 from .contract import Problem
 from .dense import run_dense
 from .dispatch import choose_variant
 from .loader import aligned16, allocate, launch_on, load, load_or_warn
+from .variant import Variant
 
 
 def heaviest_first(ks: torch.Tensor, ke: torch.Tensor, keys: int, rows_per_block: int) -> torch.Tensor:
     """Row blocks ordered by their longest row's visible keys, most first, ties by block index: the
     order persistent CTAs claim them in (so the long blocks start early and the short ones fill the
-    tail). The libraries make it on the GPU themselves (generator/templates/common/block_order.cuh); this is
+    tail). The libraries make it on the GPU themselves (templates/common/block_order.cuh); this is
     its definition, which the GPU tests hold them to."""
     rows = ks.shape[0]
     blocks = -(-rows // rows_per_block)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from generator.arch import arch_for_capability
+from .arch import arch_for_capability
 
 # (pattern on the name torch reports, family): the first match wins, so variants come before the
 # plain model name.

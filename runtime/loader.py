@@ -1,4 +1,9 @@
-"""Loading a compiled variant (building it on first use) and calling its extern "C" launcher."""
+"""Loading a compiled variant and calling its extern "C" launcher.
+
+A library is found by the kernel cache's manifest (runtime.library_cache); only where none is
+recorded for this kernel code does load() import the renderer and nvcc (runtime.build) and compile
+it on first use, so a server that ships prebuilt kernels never imports Jinja or the compiler.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,9 @@ import warnings
 
 import torch
 
-from generator.build import BuildError, build, cache_dir, find_built
-from generator.dense_variant import DenseVariant
-from generator.variant import Variant
+from .dense_variant import DenseVariant
+from .library_cache import cache_dir, find_library
+from .variant import Variant
 
 
 class _Library:
@@ -94,7 +99,7 @@ class KernelLibrary(_Library):
 
 class DenseLibrary(_Library):
     """A dense variant's shared library: the logits kernel and the top-k kernel (see the
-    `extern "C"` block of generator/templates/dense_mqa_topk_sm90.cu.j2)."""
+    `extern "C"` block of templates/dense_mqa_topk_sm90.cu.j2)."""
 
     def __init__(self, variant: DenseVariant, path: str):
         super().__init__(variant, path, "mqa_dense")
@@ -191,6 +196,18 @@ class KernelUnavailable(RuntimeError):
     library that does not load."""
 
 
+def _compiled(variant: Variant | DenseVariant):
+    """The path of the variant's library, rendered and compiled into the cache where no usable one
+    is there (the only place the runtime reaches the renderer and nvcc)."""
+    from .build import build, find_built
+
+    if find_built(variant) is None:
+        print(f"fused-mqa-topk: compiling {variant.name} on first use (nvcc, about a minute; cached in {cache_dir()})",
+              file=sys.stderr, flush=True)
+    (built,) = build([variant])
+    return built.library
+
+
 def load(variant: Variant | DenseVariant) -> KernelLibrary | DenseLibrary:
     """The variant's library, compiled into the cache first if needed (one build per process).
     Raises KernelUnavailable, naming the variant and the cause, where it cannot be built or loaded."""
@@ -200,13 +217,12 @@ def load(variant: Variant | DenseVariant) -> KernelLibrary | DenseLibrary:
             lib = _loaded.get(variant.name)
             if lib is None:
                 try:
-                    if find_built(variant) is None:
-                        print(f"fused-mqa-topk: compiling {variant.name} on first use (nvcc, about a minute; "
-                              f"cached in {cache_dir()})", file=sys.stderr, flush=True)
-                    (built,) = build([variant])
+                    path = find_library(variant) or _compiled(variant)
                     kind = DenseLibrary if isinstance(variant, DenseVariant) else KernelLibrary
-                    lib = _loaded[variant.name] = kind(variant, str(built.library))
-                except (BuildError, OSError) as e:  # OSError: an unwritable cache, a library that does not load
+                    lib = _loaded[variant.name] = kind(variant, str(path))
+                except Exception as e:  # noqa: BLE001 -- whatever stops a library (no nvcc, a failed build,
+                    # an unwritable cache, a file that does not load, a symbol it lacks, a template that does
+                    # not render) leaves the variant unavailable, and automatic dispatch falls back
                     raise KernelUnavailable(f"{variant.name} is unavailable: {type(e).__name__}: {e}") from e
     return lib
 

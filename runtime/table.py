@@ -1,7 +1,7 @@
 """Tuned-config tables: one JSON file per GPU model, and the nearest-bucket lookup.
 
-The tables this package ships are package data (runtime/tuned_configs/, read through
-importlib.resources, never written). Tables a user tunes go to FUSED_MQA_TOPK_TABLES, else to
+The tables this package ships are package data (tuned_configs/, installed as runtime.tuned_configs:
+runtime.data; never written). Tables a user tunes go to FUSED_MQA_TOPK_TABLES, else to
 $XDG_DATA_HOME/fused-mqa-topk/tables (~/.local/share/...), and are read before the shipped ones.
 A table is plain data, written by `python -m generator tune`:
     {"gpu": "NVIDIA H200", "entries": [{"heads": 32, "top_k": 2048, "rows": 4096, "keys": 131072,
@@ -17,15 +17,15 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
+from .data import data_dir
 from .environment import snapshot
 from .gpu import GpuIdentity
 
 TABLE_DIR_ENV = "FUSED_MQA_TOPK_TABLES"
 TABLE_ENVIRONMENT = (TABLE_DIR_ENV, "XDG_DATA_HOME", "HOME")  # the variables the table directories follow
-SHIPPED_TABLES = resources.files("runtime") / "tuned_configs"
+SHIPPED_TABLE_DIR = data_dir("tuned_configs")  # the tables installed with the package
 
 
 def longest_row(keys: int, requests: int) -> int:
@@ -84,15 +84,10 @@ def table_dir() -> Path:
     return Path(data) / "fused-mqa-topk" / "tables"
 
 
-def shipped_table_dir() -> Path:
-    """The tables installed with the package (a directory of an installed wheel or of a checkout)."""
-    return Path(str(SHIPPED_TABLES))
-
-
 def find_table(key: str) -> Path | None:
     """The table named for this GPU identity key: the user's (table_dir()) if there is one, else the
     shipped one, else None."""
-    for path in (table_path(key), table_path(key, shipped_table_dir())):
+    for path in (table_path(key), table_path(key, SHIPPED_TABLE_DIR)):
         if path.is_file():
             return path
     return None
@@ -110,8 +105,8 @@ def table_for(identity: GpuIdentity) -> TableChoice:
     arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
     The answer is kept until a table directory changes (two stats of paths made once per
     environment); the op's calls ask current_table, which looks at the files less often."""
-    user, shipped = table_directories()
-    return _table_for(identity, user, mtime_ns(user), mtime_ns(shipped))
+    user = _user_table_dir(snapshot(TABLE_ENVIRONMENT))
+    return _table_for(identity, user, mtime_ns(user), mtime_ns(str(SHIPPED_TABLE_DIR)))
 
 
 RECHECK_S = 0.5  # how long a running process trusts what it last saw of the table files
@@ -123,7 +118,7 @@ def current_table(identity: GpuIdentity) -> tuple[TableChoice, int]:
     the files are looked at again at most every RECHECK_S seconds (three stats a call were a tenth of
     a one-row call's host time), so a table written by a tuner is noticed within that. A change of
     FUSED_MQA_TOPK_TABLES, XDG_DATA_HOME or HOME is noticed at once."""
-    user, _ = table_directories()
+    user = _user_table_dir(snapshot(TABLE_ENVIRONMENT))
     now = time.monotonic()
     seen = _recent.get((identity, user))
     if seen is not None and now - seen[0] < RECHECK_S:
@@ -134,14 +129,10 @@ def current_table(identity: GpuIdentity) -> tuple[TableChoice, int]:
     return state
 
 
-def table_directories() -> tuple[str, str]:
-    """(the user's table directory, the shipped one), as paths made once per environment."""
-    return _directories(snapshot(TABLE_ENVIRONMENT))
-
-
 @lru_cache(maxsize=8)
-def _directories(environment: tuple) -> tuple[str, str]:
-    return str(table_dir()), str(shipped_table_dir())
+def _user_table_dir(environment: tuple) -> str:
+    """table_dir() as a string, made once per value of the variables it follows (every call asks)."""
+    return str(table_dir())
 
 
 def mtime_ns(path: str) -> int:
@@ -175,16 +166,13 @@ def _table_for(identity: GpuIdentity, directory: str, mtime: int, shipped_mtime:
 
 def table_paths() -> list[Path]:
     """Every table the runtime could read: the user's, then the shipped ones."""
-    return sorted(table_dir().glob("*.json")) + sorted(shipped_table_dir().glob("*.json"))
-
-
-def table_key(key: str) -> str:
-    """The one place a GPU identity key (runtime.gpu) becomes a file name: 'H200-132SM' stays."""
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", key).strip("_")
+    return sorted(table_dir().glob("*.json")) + sorted(SHIPPED_TABLE_DIR.glob("*.json"))
 
 
 def table_path(key: str, directory: Path | None = None) -> Path:
-    return (directory or table_dir()) / f"{table_key(key)}.json"
+    """The table file of a GPU identity key (runtime.gpu) in `directory` (default table_dir()): the
+    one place a key becomes a file name ('H200-132SM' stays)."""
+    return (directory or table_dir()) / f"{re.sub(r'[^A-Za-z0-9.-]+', '_', key).strip('_')}.json"
 
 
 def load_table(path: Path | None) -> list[Entry] | None:

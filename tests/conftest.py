@@ -26,7 +26,7 @@ requires_gpu = pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")
 
 
 def _nvcc_available() -> bool:
-    from generator.build import BuildError, nvcc_path
+    from runtime.toolchain import BuildError, nvcc_path
 
     try:
         nvcc_path()
@@ -41,7 +41,7 @@ requires_nvcc = pytest.mark.skipif(not _nvcc_available(), reason="nvcc (CUDA too
 @pytest.fixture
 def tmp_cache(tmp_path, monkeypatch):
     """A private, empty build cache."""
-    from generator.build import CACHE_ENV
+    from runtime.library_cache import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"

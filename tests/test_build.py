@@ -4,19 +4,22 @@ library's own report agrees with the Python model of the variant."""
 
 import difflib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import requires_nvcc
-from generator.build import build, plan, resource_report
-from generator.render import render
+
 from generator.shipped import shipped_dense_variants, shipped_variants
-from generator.arch import ARCHS
-from generator.space import AXES, default_variant, default_variants
+from generator.space import AXES
+from runtime.arch import ARCHS
+from runtime.build import build, plan, resource_report
+from runtime.defaults import default_variant, default_variants
+from runtime.kernel_code import code_digest
 from runtime.loader import DenseLibrary, KernelLibrary
+from runtime.render import render
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,7 +122,7 @@ def test_cache_reuses_unchanged_builds_and_rebuilds_on_change(tmp_cache, monkeyp
     (again,) = build([v])
     assert again.library == first.library and again.library.stat().st_mtime_ns == mtime  # reused
     # A changed flag is a different digest: a new library, the old one untouched.
-    import generator.build as b
+    import runtime.build as b
     monkeypatch.setattr(b, "BASE_NVCC_FLAGS", b.BASE_NVCC_FLAGS + ("-DFUSED_MQA_TOPK_TEST_FLAG=1",))
     assert plan(v).library != first.library
     (rebuilt,) = build([v])
@@ -129,7 +132,7 @@ def test_cache_reuses_unchanged_builds_and_rebuilds_on_change(tmp_cache, monkeyp
 
 @requires_nvcc
 def test_build_error_names_the_variant(tmp_cache, monkeypatch):
-    import generator.build as b
+    import runtime.build as b
     monkeypatch.setattr(b, "BASE_NVCC_FLAGS", b.BASE_NVCC_FLAGS + ("-DTHIS_FLAG_BREAKS=1", "--no-such-nvcc-option"))
     v = default_variant(32, 512)
     with pytest.raises(b.BuildError, match=v.name):
@@ -151,7 +154,7 @@ def test_cli_list_and_render(tmp_cache):
 def test_ablations_still_patch_the_templates():
     """tools/ablate.py places a kernel's time by textual patches of the rendered source; each must
     still match (a stale one would time the baseline twice under another name)."""
-    from generator.dense_variant import default_dense_variant
+    from runtime.dense_variant import default_dense_variant
     from tools import ablate as tool
 
     for variant in (default_dense_variant(32, 2048), default_variant(32, 2048, gated=True)):
@@ -218,36 +221,66 @@ def test_the_portable_kernels_build_for_ada_and_blackwell(arch, tmp_cache):
 
 @requires_nvcc
 def test_a_cache_built_with_nvcc_serves_a_machine_without_it(tmp_path, monkeypatch):
-    """`build --shipped` leaves a self-describing cache (manifest.json); without nvcc a library whose
-    digest matches is loaded from the cache or from FUSED_MQA_TOPK_PREBUILT, and a missing one is a
-    BuildError that says what to do. Where nvcc is, a library another nvcc built is rebuilt."""
+    """`build --shipped` leaves a self-describing cache (manifest.json); without nvcc a library the
+    manifest vouches for is loaded from the cache or from FUSED_MQA_TOPK_PREBUILT, a missing one is a
+    BuildError that says what to do, and one whose bytes are not those recorded is not trusted. Where
+    nvcc is, a library another nvcc built is rebuilt."""
     import json
 
-    import generator.build as b
+    from runtime import library_cache, toolchain
 
     v = default_variant(32, 512, mma="mmasync")
     made = tmp_path / "made"
     (built,) = build([v], root=made)
-    entry = json.loads((made / b.MANIFEST).read_text())["libraries"][built.library.name]
-    assert entry["variant"] == v.name and entry["arch"] == v.arch and entry["nvcc"] == b.nvcc_version()
+    entry = json.loads((made / library_cache.MANIFEST).read_text())["libraries"][built.library.name]
+    assert entry["variant"] == v.name and entry["arch"] == v.arch and entry["nvcc"] == toolchain.nvcc_version()
     assert entry["flags"] == list(built.flags) and len(entry["source_sha256"]) == 64
+    assert entry["code"] == code_digest() and entry["library_sha256"] == library_cache.file_sha256(built.library)
 
     def no_nvcc():
-        raise b.BuildError("nvcc not found")
+        raise toolchain.BuildError("nvcc not found")
 
-    monkeypatch.setattr(b, "nvcc_version", no_nvcc)
-    monkeypatch.setattr(b, "nvcc_path", no_nvcc)
+    monkeypatch.setattr(toolchain, "nvcc_version", no_nvcc)
+    monkeypatch.setattr(toolchain, "nvcc_path", no_nvcc)
     assert build([v], root=made)[0].library == built.library  # in the cache itself
-    monkeypatch.setenv(b.PREBUILT_ENV, str(made))
+    monkeypatch.setenv(library_cache.PREBUILT_ENV, str(made))
     (found,) = build([v], root=tmp_path / "empty")  # a read-only prebuilt directory
     assert found.library == built.library and KernelLibrary(v, str(found.library)).threads == v.threads
-    monkeypatch.delenv(b.PREBUILT_ENV)
-    with pytest.raises(b.BuildError, match="holds no library for .*build --shipped"):
+    monkeypatch.setenv(library_cache.CACHE_ENV, str(tmp_path / "empty"))
+    assert library_cache.find_library(v) == built.library  # by the manifest alone
+    monkeypatch.delenv(library_cache.PREBUILT_ENV)
+    with pytest.raises(toolchain.BuildError, match="holds no library for .*build --shipped"):
+        build([v], root=tmp_path / "empty")
+    # A library whose bytes changed after the manifest recorded them is served by neither path.
+    copy = tmp_path / "copy"
+    shutil.copytree(made, copy)
+    (copy / v.name / built.library.name).write_bytes(built.library.read_bytes() + b"\0")
+    monkeypatch.setenv(library_cache.PREBUILT_ENV, str(copy))
+    assert library_cache.find_library(v) is None
+    with pytest.raises(toolchain.BuildError, match="holds no library"):
         build([v], root=tmp_path / "empty")
     monkeypatch.undo()
-    manifest = json.loads((made / b.MANIFEST).read_text())
+    manifest = json.loads((made / library_cache.MANIFEST).read_text())
     manifest["libraries"][built.library.name]["nvcc"] = "Cuda compilation tools, release 1.0"
-    (made / b.MANIFEST).write_text(json.dumps(manifest))
+    (made / library_cache.MANIFEST).write_text(json.dumps(manifest))
     mtime = built.library.stat().st_mtime_ns
     (again,) = build([v], root=made)
     assert again.library == built.library and again.library.stat().st_mtime_ns != mtime  # rebuilt by this nvcc
+
+
+@requires_nvcc
+def test_a_server_loads_a_built_library_without_the_renderer(tmp_cache, monkeypatch):
+    """The loader finds a library by the manifest: with the renderer and the compiler made to fail,
+    a built variant still loads (and only an unbuilt one is unavailable, naming the cause)."""
+    import sys
+
+    from runtime import loader
+
+    v = default_variant(64, 512, mma="mmasync")
+    build([v])
+    monkeypatch.setattr(loader, "_loaded", {})
+    monkeypatch.setitem(sys.modules, "runtime.render", None)  # importing it now raises ImportError
+    monkeypatch.setitem(sys.modules, "runtime.build", None)
+    assert loader.load(v).threads == v.threads
+    with pytest.raises(loader.KernelUnavailable, match="runtime.build"):
+        loader.load(default_variant(32, 1024, mma="mmasync"))

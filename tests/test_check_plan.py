@@ -9,7 +9,7 @@ from generator import check
 from generator.check import Check, Pending, passed_in_log, run_checks, shipped_checks
 from generator.provenance import code_digest
 from generator.shipped import shipped_dense_variants, shipped_variants
-from runtime.workloads import FAMILIES
+from generator.workloads import FAMILIES
 
 
 def test_shipped_checks_are_named_uniquely_and_cover_every_shipped_variant():

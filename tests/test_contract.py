@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import runtime
-from runtime.workloads import make_workload
+from generator.workloads import make_workload
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_empty_inputs(good):
 
 
 def test_fused_variant_needs_cuda_tensors(good):
-    from generator.space import default_variant
+    from runtime.defaults import default_variant
     with pytest.raises(ValueError, match="needs CUDA tensors"):
         call(good, variant=default_variant(32, 512))
 

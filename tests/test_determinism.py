@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import GPU_SKIP, requires_gpu
-from generator import check
-from runtime import dense_mqa_topk, fused_mqa_topk, reference_mqa_topk
-from runtime.dense import DENSE_ENV
-from runtime.verify import verify_topk
-from runtime.workloads import EXACT_TIE_FAMILIES, make_workload
 from test_gpu_reliability import KINDS, splits_its_tail
 from test_gpu_reliability import run as run_variant
+
+from generator import check
+from generator.verify import verify_topk
+from generator.workloads import EXACT_TIE_FAMILIES, make_workload
+from runtime import dense_mqa_topk, fused_mqa_topk, reference_mqa_topk
+from runtime.dense_kernels import DENSE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 TIE_FAMILIES = ("all_equal", "relu_plateau", "duplicate_keys", "boundary_ties", "integer_ties")

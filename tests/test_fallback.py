@@ -9,19 +9,19 @@ import torch
 
 import runtime
 import runtime.fused
-from generator import build as build_module
-from generator.space import default_variant
-from runtime import loader
-from runtime.verify import verify_topk
-from runtime.workloads import make_workload
+from generator.verify import verify_topk
+from generator.workloads import make_workload
+from runtime import library_cache, loader, toolchain
+from runtime.defaults import default_variant
 
 
 @pytest.fixture
 def no_nvcc(monkeypatch, tmp_cache):
     def missing():
-        raise build_module.BuildError("nvcc not found: install the CUDA toolkit (12.8 or newer) or set NVCC / CUDA_HOME")
+        raise toolchain.BuildError("nvcc not found: install the CUDA toolkit (12.8 or newer) or set NVCC / CUDA_HOME")
 
-    monkeypatch.setattr(build_module, "nvcc_path", missing)
+    monkeypatch.setattr(toolchain, "nvcc_path", missing)
+    monkeypatch.setattr(toolchain, "nvcc_version", missing)
     monkeypatch.setattr(loader, "_loaded", {})
     monkeypatch.setattr(loader, "_warned", set())
 
@@ -30,7 +30,7 @@ def no_nvcc(monkeypatch, tmp_cache):
 def unwritable_cache(monkeypatch, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    monkeypatch.setenv(build_module.CACHE_ENV, str(blocker / "cache"))  # mkdir fails even as root
+    monkeypatch.setenv(library_cache.CACHE_ENV, str(blocker / "cache"))  # mkdir fails even as root
     monkeypatch.setattr(loader, "_loaded", {})
     monkeypatch.setattr(loader, "_warned", set())
 

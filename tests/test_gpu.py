@@ -6,14 +6,19 @@ import dataclasses
 
 import pytest
 import torch
-
 from conftest import requires_gpu
+
 from generator import check
-from generator.dense_variant import SHORT_TOPK_SMALL_CTA, SHORT_TOPK_THREADS, default_dense_variant
-from generator.space import AXES, default_variant, default_variants, kernel_kinds, rejection_reason
+from generator.space import AXES, rejection_reason
+from generator.verify import verify_topk
+from generator.workloads import FAMILIES, make_workload
 from runtime import dense_mqa_topk, fused_mqa_topk
-from runtime.verify import verify_topk
-from runtime.workloads import FAMILIES, make_workload
+from runtime.defaults import default_variant, default_variants, kernel_kinds
+from runtime.dense_variant import (
+    SHORT_TOPK_SMALL_CTA,
+    SHORT_TOPK_THREADS,
+    default_dense_variant,
+)
 
 pytestmark = requires_gpu
 

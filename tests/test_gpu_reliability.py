@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import requires_gpu
+
 from generator import check
-from generator.space import default_variant
+from generator.verify import verify_topk
+from generator.workloads import make_workload
 from runtime import Problem, choose_variant, dense_mqa_topk, fused_mqa_topk
+from runtime.defaults import default_variant
 from runtime.fused import launch_variant
-from runtime.verify import verify_topk
-from runtime.workloads import make_workload
 
 pytestmark = requires_gpu
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,9 +60,9 @@ def test_the_split_tail_is_exercised(variant):
 HOSTILE = textwrap.dedent("""
     import sys, torch
     sys.path.insert(0, {root!r})
-    from generator.space import default_variant
+    from runtime.defaults import default_variant
     from runtime import fused_mqa_topk, dense_mqa_topk
-    from runtime.workloads import make_workload
+    from generator.workloads import make_workload
     name = {name!r}
     wl = make_workload("random", 96, 20_000, 32, 2048, seed=5, device="cuda")
     n = wl.keys

@@ -4,10 +4,10 @@ verifier against wrong answers: test_verifier_mutants.py)."""
 import pytest
 import torch
 
+from generator.verify import magnitude_bound, verify_topk
+from generator.workloads import FAMILIES, HARD_FAMILIES, make_workload
 from runtime import dense_mqa_topk, reference_mqa_topk
 from runtime.reference import reference_scores
-from runtime.verify import magnitude_bound, verify_topk
-from runtime.workloads import FAMILIES, HARD_FAMILIES, make_workload
 
 
 def brute_force_scores(wl) -> torch.Tensor:

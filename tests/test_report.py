@@ -4,12 +4,12 @@ storage of its run, with the fake measurer standing in for the GPU."""
 import json
 
 import pytest
+from test_tuner import FakeMeasurer
 
 from generator.__main__ import main
 from generator.tune import Bucket, run
 from generator.workers import storage_for
 from runtime.table import table_path
-from test_tuner import FakeMeasurer
 
 BUCKETS = [Bucket(32, 512, 4096, 32768), Bucket(32, 512, 16384, 131072)]
 TRIALS = 6

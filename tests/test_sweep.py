@@ -2,7 +2,15 @@
 
 import json
 
-from generator.sweep import SWEEP_KEYS, SWEEP_ROWS, Shape, chunk, geometric_mean, read_serving, sweep_shapes
+from generator.sweep import (
+    SWEEP_KEYS,
+    SWEEP_ROWS,
+    Shape,
+    chunk,
+    geometric_mean,
+    read_serving,
+    sweep_shapes,
+)
 from runtime.contract import check_inputs
 
 

@@ -6,14 +6,23 @@ from dataclasses import replace
 import pytest
 import torch
 
-from generator.space import default_variant, rejection_reason
-from generator.variant import Variant
+from generator.space import rejection_reason
 from runtime import choose_variant
 from runtime.contract import Problem
+from runtime.defaults import default_variant
 from runtime.dispatch import select_variant
 from runtime.gpu import identify
-from runtime.table import (TABLE_DIR_ENV, Entry, load_table, nearest, save_table, shipped_table_dir, table_for,
-                           table_key, table_path)
+from runtime.table import (
+    TABLE_DIR_ENV,
+    Entry,
+    load_table,
+    nearest,
+    save_table,
+    SHIPPED_TABLE_DIR,
+    table_for,
+    table_path,
+)
+from runtime.variant import Variant
 
 
 def entry(heads=32, top_k=2048, rows=4096, keys=131072, fused=1.0, dense=2.0, variant=None):
@@ -38,7 +47,7 @@ def problem(heads=32, top_k=2048, rows=4096, keys=131072, device="cuda", visible
 ])
 def test_gpu_identity_is_family_and_sm_count(name, capability, sms, key):
     identity = identify(name, capability, sms)
-    assert identity.key == key and table_key(identity.key) == key
+    assert identity.key == key
     assert table_path(identity.key).name == f"{key}.json"
     assert identity.arch == ("sm90a" if capability == (9, 0) else "sm89")
 
@@ -169,11 +178,11 @@ def test_cpu_tensors_and_forced_dense_take_the_dense_path(monkeypatch):
 
 
 def test_shipped_tables_name_valid_variants_of_their_arch():
-    paths = sorted(shipped_table_dir().glob("*.json"))
+    paths = sorted(SHIPPED_TABLE_DIR.glob("*.json"))
     assert paths, "ship at least one tuned table"
     for path in paths:
         data = json.loads(path.read_text())
-        assert path.name == f"{table_key(data['identity'])}.json"
+        assert path.name == table_path(data['identity']).name
         assert data["portable_arch"] == data["arch"] and data["sms"] > 0
         for e in load_table(path):
             v = Variant.from_name(e.variant)
@@ -203,8 +212,8 @@ def test_decide_says_which_table_bucket_and_variant_and_why(tmp_path, monkeypatc
 
 
 def test_explain_on_cpu_tensors():
+    from generator.workloads import make_workload
     from runtime import explain
-    from runtime.workloads import make_workload
 
     args = make_workload("random", 4, 1000, 32, 512).args()
     d = explain(*args)
@@ -214,8 +223,8 @@ def test_explain_on_cpu_tensors():
 
 
 def test_the_dense_path_picks_its_top_k_by_the_longest_row(monkeypatch):
+    from generator.workloads import make_workload
     from runtime import dense
-    from runtime.workloads import make_workload
 
     asked = []
     monkeypatch.setattr(dense, "dense_variant_for", lambda device, heads, top_k, longest=None: asked.append(longest))

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import requires_nvcc
-from generator.build import nvcc_flags, nvcc_path
-from generator.render import render
-from generator.space import default_variant
+
+from runtime.build import nvcc_flags, nvcc_path
+from runtime.defaults import default_variant
+from runtime.render import render
 
 REPO = Path(__file__).resolve().parent.parent
 

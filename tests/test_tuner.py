@@ -1,18 +1,30 @@
 """The tuner's bookkeeping, with a fake measurer standing in for the GPU."""
 
 import json
-from dataclasses import replace
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from generator.space import default_variant, default_variants, neighbors, rejection_reason, starting_points
-from generator.tune import (NEIGHBOR_AXES, TUNED_AXES, Bucket, Comparison, VerificationError, likely_candidates,
-                            merge_entries, refresh, run, tunable_choices, tune_bucket)
-from generator.variant import Variant
+from generator.space import neighbors, rejection_reason, starting_points
+from generator.tune import (
+    NEIGHBOR_AXES,
+    TUNED_AXES,
+    Bucket,
+    Comparison,
+    VerificationError,
+    likely_candidates,
+    merge_entries,
+    refresh,
+    run,
+    tunable_choices,
+    tune_bucket,
+)
+from runtime.defaults import default_variant, default_variants
 from runtime.table import Entry, load_table
+from runtime.variant import Variant
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -227,8 +239,8 @@ def test_time_budget_stops_between_buckets(tmp_path):
 
 
 def test_tune_compiles_first_what_each_study_measures_first(tmp_path):
-    from generator.build import BuildError
     from generator.tune import first_candidates, prebuild
+    from runtime.build import BuildError
     from runtime.table import save_table, table_path
 
     bucket, other = Bucket(32, 512, 4096, 32768), Bucket(64, 2048, 4096, 32768)

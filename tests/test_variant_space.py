@@ -1,8 +1,9 @@
 import pytest
 
-from generator.arch import ARCHS, arch_for_capability
-from generator.space import AXES, default_variant, default_variants, enumerate_space, kernel_kinds, rejection_reason, valid_variants
-from generator.variant import Variant
+from generator.space import AXES, enumerate_space, rejection_reason, valid_variants
+from runtime.arch import ARCHS, arch_for_capability
+from runtime.defaults import default_variant, default_variants, kernel_kinds
+from runtime.variant import Variant
 
 
 def test_name_round_trips_and_is_filename_safe():
@@ -139,8 +140,8 @@ def test_smem_estimate_grows_with_each_buffer():
 
 
 def test_the_dense_path_ships_a_top_k_for_short_rows_and_one_for_long():
-    from generator.dense_variant import default_dense_variant, dense_rejection_reason
     from generator.shipped import shipped_dense_variants
+    from runtime.dense_variant import default_dense_variant, dense_rejection_reason
 
     shipped = shipped_dense_variants()
     assert len(shipped) == 12 and all(dense_rejection_reason(v) is None for v in shipped)

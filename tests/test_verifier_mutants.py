@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from generator.check import POISON
+from generator.verify import exact_scores, verify_topk
+from generator.workloads import FAMILIES, OFFSET_FAMILIES, make_workload
 from runtime import reference_mqa_topk
-from runtime.verify import exact_scores, verify_topk
-from runtime.workloads import FAMILIES, OFFSET_FAMILIES, make_workload
 
 # A mutant maps (a row's answer [top_k] int32, its visible count n, its ks, its exact visible scores)
 # to a changed answer, or None where it does not apply to the row.

@@ -1,9 +1,14 @@
 import pytest
 import torch
 
+from generator.workloads import (
+    FAMILIES,
+    causal_ranges,
+    make_workload,
+    multi_request_ranges,
+)
 from runtime.contract import check_inputs
 from runtime.reference import reference_scores
-from runtime.workloads import FAMILIES, causal_ranges, make_workload, multi_request_ranges
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -33,7 +38,7 @@ def test_causal_and_multi_request_ranges():
 
 
 def test_packed_workloads_split_into_equal_requests():
-    from runtime.workloads import packed_workload
+    from generator.workloads import packed_workload
 
     wl = packed_workload(8, 40, 32, 512, requests=4, seed=1)
     assert wl.ks.tolist() == [0, 0, 10, 10, 20, 20, 30, 30] and wl.ke.tolist() == [9, 10, 19, 20, 29, 30, 39, 40]

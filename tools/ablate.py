@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
-from generator.dense_variant import DenseVariant  # noqa: E402
-from generator.render import render  # noqa: E402
+from runtime.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
+from runtime.dense_variant import DenseVariant  # noqa: E402
+from runtime.render import render  # noqa: E402
 from tools.cli import variant_tool_parser  # noqa: E402
 
 # name -> ([(regex, replacement), ...], what it leaves out), per kind of kernel
@@ -127,11 +127,16 @@ def cmd_build(args) -> int:
 def cmd_time(args) -> int:
     import torch
 
-    from generator.bench import logits_only_ms, scaled_mm_tflops
-    from generator.timing import median_ms, scoring_tflops, visible_pairs
+    from generator.bench import logits_only_ms
+    from generator.timing import (
+        median_ms,
+        scaled_mm_tflops,
+        scoring_tflops,
+        visible_pairs,
+    )
+    from generator.workloads import packed_workload
     from runtime.fused import launch_variant
     from runtime.loader import DenseLibrary, KernelLibrary
-    from runtime.workloads import packed_workload
 
     variant = spec_from_name(args.variant)
     dense = isinstance(variant, DenseVariant)

@@ -6,11 +6,11 @@
    through mma.sync m16n8k32 (tools/mma_probe.cu, the portable kernels' instruction, chained four
    times from a random fp32 C) and through the dense wgmma logits kernel (head 0 weighted 1, the
    others 0, unit key scales: each logit is relu of one dot product as every wgmma kernel
-   accumulates it). Each result is compared bit for bit with runtime.tensor_core's wgmma model and
+   accumulates it). Each result is compared bit for bit with generator.tensor_core's wgmma model and
    with the exact value rounded to fp32, and its error measured against the sum of the terms'
    magnitudes.
 2. The kernels' scores. The dense wgmma logits of every workload family against exact scores (over
-   B) and against the wgmma model's scores (over the bound runtime.verify allows them: <= 1).
+   B) and against the wgmma model's scores (over the bound generator.verify allows them: <= 1).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from runtime.tensor_core import emulate_wgmma_dots, random_e4m3  # noqa: E402
+from generator.tensor_core import emulate_wgmma_dots, random_e4m3  # noqa: E402
 
 
 def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Tensor | None = None,
         relu: bool = False) -> dict:
     """observed [r, H, n]: the hardware's dot products of q [r, H, 128] and k [n, 128] (plus acc0).
-    Share reproduced bit for bit by runtime.tensor_core's wgmma model and by fp32 rounding of the exact
+    Share reproduced bit for bit by generator.tensor_core's wgmma model and by fp32 rounding of the exact
     value, and the largest deviation from exact over the sum of the terms' magnitudes."""
     exact = torch.einsum("rhd,nd->rhn", q.double(), k.double())
     magnitude = torch.einsum("rhd,nd->rhn", q.double().abs(), k.double().abs())
@@ -48,7 +48,7 @@ def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Te
     zero_start = torch.ones_like(observed, dtype=torch.bool) if acc0 is None else acc0 == 0
     obs = observed.double()
     return {"trials": observed.numel(),
-            "wgmma model (runtime.tensor_core), share": float((obs == model)[zero_start].float().mean()),
+            "wgmma model (generator.tensor_core), share": float((obs == model)[zero_start].float().mean()),
             "exact rounded to fp32, share": float((obs == fp32).float().mean()),
             "largest |obs - exact| / sum |terms|": float(((obs - exact).abs() / magnitude.clamp(min=1e-300)).max())}
 
@@ -56,7 +56,7 @@ def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Te
 def probe_mma_sync(trials: int, gen) -> dict:
     """Every warp of tools/mma_probe.cu: 16 rows of A against 8 of B over 128 dims, from C (half the
     trials from 0): a trial is one (row, column) result."""
-    from generator.build import nvcc_path
+    from runtime.build import nvcc_path
 
     lib_path = Path(tempfile.mkdtemp()) / "mma_probe.so"
     subprocess.run([nvcc_path(), "-O3", "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_89,code=sm_89",
@@ -86,7 +86,6 @@ def dense_logits(variant, q, k_fp8, k_scale, weights, ks, ke) -> torch.Tensor:
     """The dense wgmma kernel's fp32 logits [rows, keys] (NaN where a row sees nothing, and on rows
     that see no more than the variant's top-k keys: those need none)."""
     from runtime.loader import load
-
     from runtime.scoring import logits_window
 
     lib = load(variant)
@@ -106,7 +105,7 @@ def dense_logits(variant, q, k_fp8, k_scale, weights, ks, ke) -> torch.Tensor:
 def probe_wgmma(trials: int, gen, heads: int = 32) -> dict:
     """The dense wgmma logits kernel with head 0 weighted 1 and the others 0, unit key scales: each
     logit is relu of one dot product as the wgmma kernels accumulate it."""
-    from generator.dense_variant import default_dense_variant
+    from runtime.dense_variant import default_dense_variant
 
     rows, keys = 64, max(1024, trials // 64)  # (rows see more than top-512 keys: the kernel scores them)
     q = random_e4m3((rows, heads, 128), gen, "cuda")
@@ -121,11 +120,16 @@ def probe_wgmma(trials: int, gen, heads: int = 32) -> dict:
 
 def deviation(families, heads_list, rows: int, keys: int) -> list[dict]:
     """Per family: how far the dense wgmma kernel's logits are from exact scores (over B, the sum of
-    the terms' magnitudes) and from the scores of runtime.tensor_core's wgmma model (over the bound
-    runtime.verify allows them: the fp32 head sum and scale; must stay <= 1)."""
-    from generator.dense_variant import default_dense_variant
-    from runtime.verify import exact_scores, magnitude_bound, wgmma_bound, wgmma_scores
-    from runtime.workloads import make_workload
+    the terms' magnitudes) and from the scores of generator.tensor_core's wgmma model (over the bound
+    generator.verify allows them: the fp32 head sum and scale; must stay <= 1)."""
+    from generator.verify import (
+        exact_scores,
+        magnitude_bound,
+        wgmma_bound,
+        wgmma_scores,
+    )
+    from generator.workloads import make_workload
+    from runtime.dense_variant import default_dense_variant
 
     out = []
     for heads in heads_list:
@@ -163,7 +167,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU with fp8 tensor cores")
         return 2
-    from runtime.workloads import FAMILIES
+    from generator.workloads import FAMILIES
 
     gen = torch.Generator(device="cuda").manual_seed(1)
     results = {"gpu": torch.cuda.get_device_name(), "mma_sync": probe_mma_sync(args.trials, gen),

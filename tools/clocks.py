@@ -125,12 +125,12 @@ def main() -> int:
 
     import torch
 
-    from generator.bench import logits_only_ms, scaled_mm_op
-    from generator.build import spec_from_name
-    from generator.timing import scoring_tflops, visible_pairs
+    from generator.bench import logits_only_ms
+    from generator.timing import scaled_mm_op, scoring_tflops, visible_pairs
+    from generator.workloads import make_workload
+    from runtime.build import spec_from_name
     from runtime.fused import launch_variant
     from runtime.loader import KernelLibrary
-    from runtime.workloads import make_workload
 
     variant = spec_from_name(args.variant)
     rows, keys = (int(x) for x in args.shape.split("x"))

@@ -28,11 +28,11 @@ def table_variant(heads: int, top_k: int, rows: int, keys: int):
     """The variant the shipped table runs for this causal chunk: its bucket's fused variant where
     that entry says fused (None where the table has no entry of these rows and keys), else the dense
     path's (a DenseVariant)."""
-    from generator.dense_variant import SHORT_ROW_KEYS, default_dense_variant
-    from generator.variant import Variant
-    from runtime.table import shipped_table_dir, table_path
+    from runtime.dense_variant import SHORT_ROW_KEYS, default_dense_variant
+    from runtime.table import SHIPPED_TABLE_DIR, table_path
+    from runtime.variant import Variant
 
-    entries = json.loads(table_path("H200-132SM", shipped_table_dir()).read_text())["entries"]
+    entries = json.loads(table_path("H200-132SM", SHIPPED_TABLE_DIR).read_text())["entries"]
     for e in entries:
         if (e["heads"], e["top_k"], e["rows"], e["keys"], e.get("requests", 1)) == (heads, top_k, rows, keys, 1):
             if e["use"] == "fused":
@@ -53,13 +53,13 @@ def main() -> int:
 
     import torch
 
-    from generator.dense_variant import DenseVariant
     from generator.timing import median_ms
+    from generator.verify import verify_topk
+    from generator.workloads import make_workload
     from runtime.dense import DEFAULT_LOGITS_BUDGET, _dense_kernels
+    from runtime.dense_variant import DenseVariant
     from runtime.fused import launch_variant
     from runtime.loader import DenseLibrary, KernelLibrary
-    from runtime.verify import verify_topk
-    from runtime.workloads import make_workload
 
     log = open(args.log, "a") if args.log else None
     print(f"{torch.cuda.get_device_name()}; GPU ms, median over {args.rounds} rounds alternating "

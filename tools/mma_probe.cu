@@ -3,7 +3,7 @@
 // mma.sync.m16n8k32 e4m3 instructions (K = 32 steps), as the kernels chain four over a 128-byte key.
 // A: [groups, 16, 32 steps] e4m3, B: [groups, 8, 32 steps] e4m3, C and D: [groups, 16, 8] fp32.
 // The kernels' own wrapper of the instruction (pasted into every mma.sync kernel).
-#include "../generator/templates/common/primitives.cuh"
+#include "../templates/common/primitives.cuh"
 
 __global__ void probe_kernel(const uint8_t* a, const uint8_t* b, const float* c, float* d, int steps) {
     const int group = blockIdx.x, lane = threadIdx.x, g = lane >> 2, t = lane & 3;

@@ -77,8 +77,8 @@ def entry_costs(shapes: list[str], heads: int, top_k: int) -> int:
     import pstats
 
     from generator.timing import median_ms
+    from generator.workloads import make_workload
     from runtime import dense_mqa_topk, explain, fused_mqa_topk
-    from runtime.workloads import make_workload
 
     for spec in shapes:
         rows, keys = (int(x) for x in spec.split("x"))
@@ -122,12 +122,12 @@ def main() -> int:
 
     import torch
 
-    from generator.build import spec_from_name
     from generator.timing import median_ms
+    from generator.workloads import make_workload
+    from runtime.build import spec_from_name
     from runtime.dense import dense_mqa_topk
     from runtime.fused import launch_variant
     from runtime.loader import load
-    from runtime.workloads import make_workload
 
     variant = spec_from_name(args.variant)
     for spec in args.shape or ["4096x32768"]:

@@ -36,8 +36,8 @@ KERNELS = "kns=fused_mqa_topk|dense_logits|dense_topk|heaviest_first"
 
 def cases() -> list[tuple[str, str, int, int, str]]:
     """(what, variant name, rows, keys, family)."""
-    from generator.dense_variant import default_dense_variant
-    from generator.space import default_variant
+    from runtime.defaults import default_variant
+    from runtime.dense_variant import default_dense_variant
 
     gated = default_variant(32, 2048, gated=True)
     # At top-512 a part may be 8,192 keys (4 x the gate floor): 20,000 keys split each block in two,

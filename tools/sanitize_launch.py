@@ -20,12 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> int:
     import torch
 
-    from generator.build import spec_from_name
-    from generator.dense_variant import DenseVariant
+    from generator.verify import verify_topk
+    from generator.workloads import make_workload
+    from runtime.build import spec_from_name
     from runtime.dense import dense_mqa_topk
+    from runtime.dense_variant import DenseVariant
     from runtime.fused import launch_variant
-    from runtime.verify import verify_topk
-    from runtime.workloads import make_workload
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("variant")

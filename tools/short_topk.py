@@ -48,13 +48,18 @@ def main() -> int:
 
     import torch
 
-    from generator.dense_variant import DenseVariant, default_dense_variant
+    from generator.bench import chunk_logits, logits_launch
     from generator.sweep import Shape, chunk
-    from generator.bench import chunk_logits, logits_launch, scaled_mm_tflops
-    from generator.timing import median_ms, scoring_floor_ms, visible_pairs
+    from generator.timing import (
+        median_ms,
+        scaled_mm_tflops,
+        scoring_floor_ms,
+        visible_pairs,
+    )
+    from generator.verify import verify_topk
     from runtime.dense import run_dense
+    from runtime.dense_variant import DenseVariant, default_dense_variant
     from runtime.loader import DenseLibrary, load
-    from runtime.verify import verify_topk
 
     variants = [DenseVariant.from_name(n) for n in args.variant] or [
         default_dense_variant(args.heads, args.top_k, short_rows=True)]

@@ -1,7 +1,7 @@
 """Where does a gated kernel's time go, phase by phase? Clock marks from inside its launches.
 
 Ablations (tools/ablate.py) place time by difference and ncu by warp samples; this reads the SM
-clock at the phase boundaries of every work item of every CTA (generator/templates/common/timeline.cuh: the
+clock at the phase boundaries of every work item of every CTA (templates/common/timeline.cuh: the
 variant's source compiled with -DFUSED_MQA_TOPK_TIMELINE, otherwise unchanged) and sums them:
 
     math warps, per item:  wait (Q tile, free slab) | sample scan | the gate: counts (a barrier),
@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from generator.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
-from generator.render import render  # noqa: E402
+from runtime.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
+from runtime.render import render  # noqa: E402
 from tools.cli import variant_tool_parser  # noqa: E402
 
 DEFINE = "-DFUSED_MQA_TOPK_TIMELINE"
@@ -145,9 +145,9 @@ def cmd_run(args) -> int:
     import torch
 
     from generator.timing import event_ms
+    from generator.workloads import make_workload
     from runtime.fused import launch_variant
     from runtime.loader import KernelLibrary
-    from runtime.workloads import make_workload
 
     for name in args.variant:
         variant = spec_from_name(name)

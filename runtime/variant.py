@@ -7,8 +7,8 @@ name in a tuned-config table, a cache directory or a log line is the whole descr
 from __future__ import annotations
 
 import re
-from functools import cached_property
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
 
 from .arch import SELECTOR_REGISTERS, wgmma_math_registers
 
@@ -22,7 +22,7 @@ RADIX_SCRATCH_BYTES = 256 * 4 + 5 * 4
 @dataclass(frozen=True, order=True)
 class Variant:
     mma: str  # scoring core: "mmasync" (portable fp8 mma.sync) or "wgmma" (Hopper: TMA + wgmma, warp-specialised)
-    arch: str  # compile target, a key of generator.arch.ARCHS
+    arch: str  # compile target, a key of runtime.arch.ARCHS
     heads: int
     top_k: int
     rows: int  # query rows per block

@@ -12,8 +12,8 @@ while it reduces another's (software pipelining across the tensor cores and the 
 from __future__ import annotations
 
 import re
-from functools import cached_property, lru_cache
 from dataclasses import asdict, dataclass
+from functools import cached_property, lru_cache
 
 from .arch import ARCHS, wgmma_math_registers
 from .variant import RADIX_SCRATCH_BYTES, parse_name

@@ -1,37 +1,41 @@
 """Compiling variants: rendered sources on disk, a generated build.ninja driving nvcc in parallel.
 
-Layout of a kernel cache (FUSED_MQA_TOPK_CACHE, default ~/.cache/fused-mqa-topk):
-    manifest.json                                 every library: variant, source digest, flags, arch, nvcc
-    <variant name>/<variant name>.cu              the rendered source, as compiled
-    <variant name>/<variant name>-<digest>.so     the library; digest = rendered source + flags
-    <variant name>/<variant name>-<digest>.so.log nvcc's output, with ptxas's resource report
-A library is reused while its digest matches, so a changed template or flag never loads a stale
-build; where nvcc is present, one that another nvcc version built (the manifest says which) is
-rebuilt. Without nvcc a library whose digest matches is loaded as it is: a cache made by
-`python -m generator build --shipped` on any machine with nvcc serves one without (copy the
-directory, point FUSED_MQA_TOPK_CACHE or, read-only, FUSED_MQA_TOPK_PREBUILT at it). nvcc writes to
-a temporary name and the result is renamed into place (atomic), and one process at a time runs
-ninja in a cache (a file lock), so no process ever loads a half-written file.
+The cache's layout and manifest: runtime.library_cache. A library is reused while its digest
+(rendered source + flags) matches, so a changed template or flag never loads a stale build; where
+nvcc is present, one that another nvcc version built (the manifest says which) is rebuilt. Without
+nvcc a library is served only where its manifest vouches for it (the bytes recorded; a library with
+no manifest record is not trusted by its file name). nvcc writes to a temporary name and the result
+is renamed into place (atomic), and one process at a time runs ninja in a cache (a file lock), so no
+process ever loads a half-written file.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 
 from .arch import ARCHS
-from .render import render
 from .dense_variant import DenseVariant
+from .kernel_code import code_digest
+from .library_cache import (
+    cache_dir,
+    file_sha256,
+    prebuilt_dir,
+    read_manifest,
+    trusted,
+    write_manifest,
+)
+from .render import render
+from .toolchain import BuildError, ninja_path, nvcc_path, nvcc_version_or_none
 from .variant import Variant
+
+__all__ = ["BuildError", "BuildPlan", "build", "find_built", "plan", "resource_report", "spec_from_name"]
 
 KernelSpec = Variant | DenseVariant  # anything with .name, .arch, .template and .kernels
 
@@ -40,44 +44,8 @@ def spec_from_name(name: str) -> KernelSpec:
     """The fused or dense variant a name describes."""
     return DenseVariant.from_name(name) if name.startswith("mqa_dense_") else Variant.from_name(name)
 
-CACHE_ENV = "FUSED_MQA_TOPK_CACHE"
-PREBUILT_ENV = "FUSED_MQA_TOPK_PREBUILT"  # a read-only kernel cache searched after the cache
-MANIFEST = "manifest.json"
+
 BASE_NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v")
-
-
-class BuildError(RuntimeError):
-    pass
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "fused-mqa-topk")
-
-
-@lru_cache(maxsize=1)
-def nvcc_path() -> str:
-    for candidate in (os.environ.get("NVCC"), shutil.which("nvcc"),
-                      os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    raise BuildError("nvcc not found: install the CUDA toolkit (12.8 or newer) or set NVCC / CUDA_HOME")
-
-
-@lru_cache(maxsize=1)
-def nvcc_version() -> str:
-    out = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, check=True).stdout
-    return out.strip().splitlines()[-1]
-
-
-def ninja_path() -> str:
-    found = shutil.which("ninja")
-    if found:
-        return found
-    try:
-        import ninja  # the PyPI package ships the binary
-    except ImportError as e:
-        raise BuildError("ninja not found: pip install ninja") from e
-    return os.path.join(ninja.BIN_DIR, "ninja")
 
 
 def nvcc_flags(v: KernelSpec) -> list[str]:
@@ -138,53 +106,29 @@ def _esc(path: Path) -> str:
     return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def prebuilt_dir() -> Path | None:
-    env = os.environ.get(PREBUILT_ENV)
-    return Path(env) if env else None
-
-
-def read_manifest(root: Path) -> dict:
-    """The cache's manifest: library file name -> {variant, source_sha256, flags, arch, nvcc}."""
-    try:
-        return json.loads((root / MANIFEST).read_text()).get("libraries", {})
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
 def _record(root: Path, plans: list[BuildPlan], nvcc: str) -> None:
-    """Adds the plans' libraries to the manifest (under the build lock; written atomically)."""
+    """Adds the plans' libraries to the manifest (under the build lock): what find_library serves
+    them by, and the bytes it checks them against."""
     libraries = read_manifest(root)
+    code = code_digest()
     for p in plans:
-        libraries[p.library.name] = {"variant": p.variant.name, "arch": p.variant.arch, "flags": list(p.flags),
+        libraries[p.library.name] = {"variant": p.variant.name, "arch": p.variant.arch, "code": code,
+                                     "flags": list(p.flags),
                                      "source_sha256": hashlib.sha256(p.source_text.encode()).hexdigest(),
-                                     "nvcc": nvcc}
-    tmp = root / f"{MANIFEST}.tmp.{os.getpid()}"
-    tmp.write_text(json.dumps({"format": 1, "libraries": dict(sorted(libraries.items()))}, indent=1) + "\n")
-    os.replace(tmp, root / MANIFEST)
+                                     "library_sha256": file_sha256(p.library), "nvcc": nvcc}
+    write_manifest(root, libraries)
 
 
-def nvcc_version_or_none() -> str | None:
-    """nvcc's version line, or None where there is no working nvcc."""
-    try:
-        return nvcc_version()
-    except (BuildError, OSError, subprocess.CalledProcessError):
-        return None
-
-
-def _usable(p: BuildPlan, manifest: dict, nvcc: str | None) -> bool:
-    """The library exists and, where nvcc is here, that nvcc built it."""
-    if not p.library.is_file():
-        return False
-    return nvcc is None or manifest.get(p.library.name, {}).get("nvcc") == nvcc
-
-
-def _built(p: BuildPlan, root: Path, manifest: dict, nvcc: str | None, prebuilt: Path | None) -> BuildPlan | None:
-    """The plan of a usable library for p: in the cache, else in the prebuilt directory; None if neither."""
-    if _usable(p, manifest, nvcc):
+def _built(p: BuildPlan, root: Path, nvcc: str | None, prebuilt: Path | None) -> BuildPlan | None:
+    """The plan of a usable library for p: in the cache, else in the prebuilt directory, where the
+    directory's manifest vouches for it (runtime.library_cache.trusted); None if neither."""
+    record = read_manifest(root).get(p.library.name)
+    if record is not None and trusted(p.library, record, nvcc):
         return p
     if prebuilt is not None:
         there = replace(p, source=prebuilt / p.source.relative_to(root), library=prebuilt / p.library.relative_to(root))
-        if there.library.is_file():
+        record = read_manifest(prebuilt).get(there.library.name)
+        if record is not None and trusted(there.library, record, nvcc):
             return there
     return None
 
@@ -192,7 +136,7 @@ def _built(p: BuildPlan, root: Path, manifest: dict, nvcc: str | None, prebuilt:
 def find_built(v: KernelSpec) -> BuildPlan | None:
     """The variant's usable library (cache or prebuilt directory) without building, or None."""
     root = cache_dir()
-    return _built(plan(v, root), root, read_manifest(root), nvcc_version_or_none(), prebuilt_dir())
+    return _built(plan(v, root), root, nvcc_version_or_none(), prebuilt_dir())
 
 
 def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False,
@@ -203,10 +147,9 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
     Without nvcc, a variant with no library in the cache or the prebuilt directory is a BuildError."""
     root = root or cache_dir()
     nvcc = nvcc_version_or_none()
-    manifest = read_manifest(root)
     prebuilt = prebuilt_dir()
     plans = [plan(v, root) for v in variants]
-    found = [_built(p, root, manifest, nvcc, prebuilt) for p in plans]
+    found = [_built(p, root, nvcc, prebuilt) for p in plans]
     missing = [p for p, f in zip(plans, found) if f is None]
     plans = [f or p for p, f in zip(plans, found)]
     if not missing:
@@ -221,8 +164,7 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
         write_source(p)
     with open(root / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = read_manifest(root)
-        missing = [p for p in missing if not _usable(p, manifest, nvcc)]  # another process may have built them
+        missing = [p for p in missing if _built(p, root, nvcc, None) is None]  # another process may have built them
         if missing:
             for p in missing:
                 p.library.unlink(missing_ok=True)  # another nvcc's build: ninja must not take it as done

@@ -87,7 +87,7 @@ def scaled_mm_is_wgmma(device_index: int) -> bool:
     device = torch.device("cuda", device_index)
     if torch.cuda.get_device_capability(device) != (9, 0):
         return False
-    from .scoring import fp8_tensor_core_product
+    from runtime.scoring import fp8_tensor_core_product
 
     gen = torch.Generator(device=device).manual_seed(12345)
     q = random_e4m3((16, 32, 128), gen, device)
@@ -103,7 +103,7 @@ def wgmma_dots(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """emulate_wgmma_dots's result, through torch._scaled_mm where that is shown to give it exactly."""
     if q.device.type == "cuda" and scaled_mm_is_wgmma(q.device.index if q.device.index is not None
                                                        else torch.cuda.current_device()):
-        from .scoring import fp8_tensor_core_product
+        from runtime.scoring import fp8_tensor_core_product
 
         return fp8_tensor_core_product(q, k).double()
     return emulate_wgmma_dots(q, k)

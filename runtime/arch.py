@@ -24,7 +24,7 @@ ARCHS: dict[str, Arch] = {
 }
 
 
-# Registers the producer warpgroup of a wgmma kernel keeps at least (generator/templates/common/sm90.cuh:
+# Registers the producer warpgroup of a wgmma kernel keeps at least (templates/common/sm90.cuh:
 # kMinProducerRegisters): its TMA address math spilled at 32. Gated variants whose producer warpgroup
 # also selects (select_warps > 0) keep SELECTOR_REGISTERS (the template's kSelectorRegisters).
 MIN_PRODUCER_REGISTERS = 40

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .scoring import head_sum, row_pieces, score_block
+from runtime.scoring import head_sum, row_pieces, score_block
+
 from .tensor_core import FP8_MIN_EXPONENT, WGMMA_STEP, wgmma_dots
 
 EXACT_EPS = 2.0**-16

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .contract import DIM
+from runtime.contract import DIM
 
 FP8_MAX = 448.0
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 
 import jinja2
 
-# The templates are package data (generator/templates), read through importlib.resources so that an
-# installed wheel renders exactly what a checkout does.
-TEMPLATES = resources.files("generator") / "templates"
+from .data import data_dir
 
-# Each variant names its template (`variant.template`). The shared headers (generator/templates/common/*.cuh)
+# The templates: templates/ of a checkout, runtime.templates of an installed wheel (runtime.data).
+TEMPLATES = data_dir("templates")
+
+# Each variant names its template (`variant.template`). The shared headers (templates/common/*.cuh)
 # are pasted into it verbatim by include_raw() -- PTX operands such as {%0, %1} must not meet the
 # Jinja parser -- and wgmma(n) renders the warpgroup product for an N, so a rendered source is one
 # self-contained file: what is compiled is exactly what one reads on disk.
