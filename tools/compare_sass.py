@@ -36,20 +36,27 @@ from tools.sass import FUNCTION, nvdisasm_path, short_name  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # Renders names given on stdin with whichever renderer the checkout at cwd has (it moved from
-# generator/ to runtime/), one source a line-separated JSON object.
+# generator/ to runtime/), a JSON object a line.
 RENDER_BASE = """
-import json, sys
-try:
+import json, os, sys
+# Only the base's own files: an editable install's finder would serve this checkout's modules for
+# whatever the base lacks.
+sys.meta_path = [f for f in sys.meta_path if "editable" not in (type(f).__name__ + type(f).__module__).lower()]
+tree = os.getcwd()
+if os.path.exists(os.path.join(tree, "runtime", "render.py")):
     from runtime.build import spec_from_name
     from runtime.render import render
-except ImportError:
+else:
     from generator.build import spec_from_name
     from generator.render import render
+import inspect
+assert inspect.getfile(render).startswith(tree), inspect.getfile(render)
 for name in sys.stdin.read().split():
     print(json.dumps({"name": name, "source": render(spec_from_name(name))}))
 """
 ENCODING = re.compile(r"/\*[0-9a-fx]+\*/")
 ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_")  # the anonymous namespace's name hashes the whole source
+LABEL_NAME = re.compile(r"\.L_x_(\d+)")  # numbered across the file: renumbered per kernel, in order of appearance
 
 
 def base_sources(rev: str, names: list[str], folder: Path) -> dict[str, str]:
@@ -86,6 +93,10 @@ def sass_of(source: str, name: str, folder: Path) -> tuple[dict[str, list[str]],
                 current.append(text)
         elif current is not None and line.startswith("."):  # labels keep the branch structure comparable
             current.append(ANONYMOUS.sub("", line.strip()))
+    for kernel, lines in kernels.items():
+        numbers: dict[str, str] = {}
+        kernels[kernel] = [LABEL_NAME.sub(lambda m: ".L" + numbers.setdefault(m.group(1), str(len(numbers))), line)
+                           for line in lines]
     return kernels, run.stdout + run.stderr
 
 
