@@ -102,13 +102,12 @@ def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant
     shapes of that kind that won buckets where the default did not, then the other kinds' defaults.
     Such shapes so far (docs/experiment-log.md):
       * the gated kernel with two math warpgroups of two 64-key slices each (232 registers a
-        thread; on an H200 it won every bucket from 256K keys up, by about 3% at 512K, and lost by
-        about 3% at 128K: "2026-11-29: cheaper epilogue");
+        thread; it wins long chunks, from 256K keys on an H200: "2026-11-29: cheaper epilogue");
       * that shape with selector warps (each block's answers selected beside the next block's scan;
-        it won at 128K keys and lost 2.5x at 32K, where the three selector warps cannot keep up with
-        the scan: "2026-11-29: selector warps");
-      * and with a selector warpgroup more (seven selector warps: at 32K keys, H = 32, top-2048 12%
-        faster than the math warps' selection: "2026-11-30: seven selector warps")."""
+        it wins at 128K keys, not at 32K, where three selector warps cannot keep up with the scan:
+        "2026-11-29: selector warps");
+      * and with a selector warpgroup more (seven selector warps, for short blocks: "2026-11-30:
+        seven selector warps")."""
     first = default_variant(heads, top_k, arch)
     shapes = [replace(first, key_tile=256, warps=8, select_warps=s) for s in (0, 3, 7)] if first.gated else []
     points = [first, *shapes, *(d for d in default_variants(heads, top_k, arch) if d != first)]

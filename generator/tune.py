@@ -62,22 +62,15 @@ TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_ti
 NEIGHBOR_AXES = ("select_warps", "sample_tiles", "stages", "buffer", "key_tile", "warps", "rows", "mma")
 # (rows, keys) of the causal chunks a table is tuned at, from a short chunk to a 1M context; keys is
 # the most keys one row sees, what the runtime looks buckets up by (runtime.dispatch). The runtime
-# takes the nearest bucket on a log scale, so a table needs both sides of every crossover: fused/dense
-# (on an H200 fused wins from 32K keys up, by 1.1x to 2.2x; at 8K keys the 32K bucket's variant took
-# twice the dense path's time, 1.55 against 0.81 ms at 4K rows: experiment log, "2026-12-01: power
-# cap") and between variants (three gated warpgroups win at 128K keys, two of two slices at 512K:
-# "2026-11-29: cheaper epilogue"). A full 16K-row chunk at 32K keys has its own bucket: it is as far
-# from 4K x 32K as from 16K x 128K; 16K x 16K is the first chunk of every long prompt. Chunks of 64
-# and 512 rows (decode-sized and short prefill chunks) have their own: a persistent fused launch with
-# fewer row blocks than SMs ran a one-row call at 32K keys in 2.9 times the dense path's time, and a
-# 512 x 8K chunk, looked up in the 512 x 32K bucket, in 2.1 times (BENCHMARKS.md, "Every chunk a
-# server sends"). A chunk of eight packed 4K-key requests (16K rows, each row seeing 2K-4K keys) has
-# one too: looked up in the single-request 16K x 16K bucket (the nearest by rows and longest row), it
-# took that bucket's fused variant, 0.95 ms against the dense path's 0.70 (BENCHMARKS.md, "Every
-# chunk a server sends, H200 (2026-12-01, d880b0b)"). So do eight packed requests of 16K and of 64K
-# keys: their rows see nearly all of their request's keys, where a causal chunk of the same rows and
-# longest row sees half on average, and the runtime tells the two apart by the requests the keys
-# hold (Problem.packing). A shape is (rows, keys) or (rows, keys, requests).
+# takes the nearest bucket on a log scale, so a table needs both sides of every crossover: fused
+# against dense (8K keys against 32K), and between variants (128K against 512K keys). Chunks of 64 and
+# 512 rows (decode-sized and short prefill chunks) have their own buckets, because a persistent launch
+# with fewer row blocks than SMs is not timed like a long chunk; so do 16K x 16K (the first chunk of
+# every long prompt) and 16K x 32K, which is as far from 4K x 32K as from 16K x 128K. Chunks of eight
+# packed requests (16K rows, each row seeing most of its request's keys) have buckets too: a causal
+# chunk of the same rows and longest row sees half as many keys on average, and the runtime tells the
+# two apart by the requests the keys hold (Problem.packing). What each bucket measured:
+# BENCHMARKS.md, "Every chunk a server sends". A shape is (rows, keys) or (rows, keys, requests).
 DEFAULT_SHAPES = ((64, 8192), (64, 32_768), (64, 131_072), (64, 524_288), (512, 8192), (512, 32_768), (512, 131_072),
                   (512, 524_288), (4096, 8192), (4096, 16_384), (16_384, 16_384), (4096, 32_768), (16_384, 32_768), (16_384, 131_072),
                   (16_384, 262_144), (16_384, 524_288), (16_384, 1_048_576), (16_384, 32_768, 8), (16_384, 131_072, 8),
@@ -494,8 +487,7 @@ def add_arguments(p) -> None:
                         + " ".join("x".join(map(str, s)) for s in DEFAULT_SHAPES))
     p.add_argument("--trials", type=int, default=12,
                    help="measured trials per bucket (default 12: the starting points, the table's choice and the "
-                        "best point's neighbours; in a re-tune of 30 H200 buckets, 28 winners were not a starting "
-                        "point: docs/experiment-log.md, 2026-11-29)")
+                        "best point's neighbours)")
     p.add_argument("--time-budget", type=float, default=25.0, help="minutes; buckets left when it runs out are skipped")
     p.add_argument("--storage", help="optuna storage: an RDB URL (sqlite:///tune.db, postgresql://...) or journal:PATH "
                                      "(a journal file); studies resume from it, keyed by GPU identity and kernel code")

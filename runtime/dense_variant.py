@@ -131,12 +131,11 @@ SHORT_ROW_KEYS = 32_768
 def default_dense_variant(heads: int, top_k: int, arch: str = "sm90a", short_rows: bool = False) -> DenseVariant:
     """The dense variant for (heads, top_k); short_rows: for chunks whose rows see at most
     SHORT_ROW_KEYS keys. The two differ in their top-k kernel only."""
-    # 2 warpgroups x 2 pipelined slices: 791 vs 757 TFLOP/s (4 x 1) at H = 32, about even at H = 64
-    # (experiment log, "2026-11-29: logits kernel's time"); 4 x 1 also spills at H = 32 since the
-    # per-unit store pointers. Top-k: 256 threads over 4,096 candidates (four CTAs an SM) took
-    # 0.72-0.91 of the time of 512 over 8,192 on chunks of many rows of up to 128K keys, but three
-    # times as long on a single 512K-key row, which one CTA streams at its threads' rate (experiment
-    # log, "2026-12-01: the chunks a server sends").
+    # 2 warpgroups x 2 pipelined slices: faster than 4 x 1 at H = 32, even at H = 64, and 4 x 1 spills
+    # at H = 32 (experiment log, "2026-11-29: logits kernel's time"). Top-k: 256 threads over 4,096
+    # candidates (four CTAs an SM) are faster on chunks of many short rows, 512 over 8,192 on a few
+    # long rows, which one CTA streams at its threads' rate (experiment log, "2026-12-01: the chunks
+    # a server sends").
     threads, buffer = (256, 4096) if short_rows else (512, 8192)
     return DenseVariant(arch=arch, heads=heads, top_k=top_k, rows=128 // heads, math_wgs=2, slices=2, q_stages=2, kv_stages=4,
                         topk_threads=threads, topk_buffer=buffer, reg_cached=32)

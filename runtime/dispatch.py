@@ -44,9 +44,8 @@ _warned_stale: set[str] = set()
 def fewest_tuned_rows(entries: list[Entry], heads: int, top_k: int) -> int | None:
     """The fewest rows of any bucket tuned for these heads and top_k (None: none). A fused entry's
     win does not carry down to a chunk of fewer rows: a fused launch's time hardly falls with its rows
-    (its CTAs split the keys, whatever the rows), while the dense path's falls with them. On the H200
-    a 1-row chunk of 512K keys at top-512 took 0.31 ms fused against 0.11 dense, where its nearest
-    bucket, 64 rows, took 0.42 fused against 0.58 dense (BENCHMARKS.md, "Every chunk a server sends")."""
+    (its CTAs split the keys, whatever the rows), while the dense path's falls with them (one-row calls
+    against their nearest bucket: BENCHMARKS.md, "Every chunk a server sends")."""
     rows = [e.rows for e in entries if e.heads == heads and e.top_k == top_k]
     return min(rows) if rows else None
 

@@ -10,7 +10,10 @@ build's rounds kept; the last build's answer is verified strictly (README.md, "S
 time"), the others by the two-sided rule. A line per chunk, and JSON lines to --log.
 
     python3 tools/compare_builds.py --shape 16384x131072 --shape 1x8192 --heads 32 --heads 64 \
-        --top-k 512 --top-k 2048 --build prev --build new [--rounds 3] [--log cost.jsonl]
+        --top-k 512 --top-k 2048 --build prev --build new [--rounds 3] [--log cost.jsonl] [--variant NAME]
+
+--variant times the named variant (of the chunk's heads and top-k) instead of the table's; chunks of
+other heads or top-k are skipped then.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def main() -> int:
     p.add_argument("--out", default=".ablate", help="where the builds are (default .ablate)")
     p.add_argument("--rounds", type=int, default=3, help="rounds alternating the builds (default 3)")
     p.add_argument("--log", help="JSON lines, one a chunk")
+    p.add_argument("--variant", action="append", default=[],
+                   help="time this variant instead of the table's where its heads and top-k are the chunk's")
     args = p.parse_args()
 
     import torch
@@ -59,6 +64,7 @@ def main() -> int:
     from runtime.dense import DEFAULT_LOGITS_BUDGET, _dense_kernels
     from runtime.dense_variant import DenseVariant
     from runtime.fused import launch_variant
+    from runtime.build import spec_from_name
     from runtime.loader import DenseLibrary, KernelLibrary
 
     log = open(args.log, "a") if args.log else None
@@ -69,7 +75,10 @@ def main() -> int:
         for top_k in args.top_k or [2048]:
             for spec in args.shape:
                 rows, keys = (int(x) for x in spec.split("x"))
-                variant = table_variant(heads, top_k, rows, keys)
+                forced = [v for v in map(spec_from_name, args.variant) if (v.heads, v.top_k) == (heads, top_k)]
+                if args.variant and not forced:
+                    continue
+                variant = forced[0] if forced else table_variant(heads, top_k, rows, keys)
                 wl = make_workload("random", rows, keys, heads, top_k, seed=rows + keys, device="cuda")
                 out = torch.empty((rows, top_k), dtype=torch.int32, device="cuda")
                 dense = isinstance(variant, DenseVariant)
