@@ -1,0 +1,92 @@
+"""Carry a tuned table over a change that moved no kernel code: re-stamp its entries' code digest.
+
+The code digest (runtime/kernel_code.py) covers the templates and the modules that render them, so a
+change that only moves files, edits comments or reorganises Python changes it, and the runtime then
+trusts the table's entries only where fused won by a wide margin (runtime.dispatch.STALE_MARGIN). If
+every variant the table names (and every shipped dense variant) renders, comments aside, exactly the
+code it rendered at BASE, the revision whose digest the entries record, the libraries compile from
+the same code with the same flags and the entries' timings stand: this rewrites their `code` to this
+checkout's digest and adds a line to the table's history saying so. Anything else is refused and
+needs `python -m generator tune --refresh` on the GPU.
+
+    python tools/restamp_table.py --base REV [--table tuned_configs/H200-132SM.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from runtime.build import BASE_NVCC_FLAGS, spec_from_name  # noqa: E402
+from runtime.kernel_code import code_digest  # noqa: E402
+from runtime.render import render  # noqa: E402
+from runtime.table import SHIPPED_TABLE_DIR  # noqa: E402
+from tools.compare_sass import base_sources  # noqa: E402
+
+BASE_FLAGS = """
+import sys
+sys.meta_path = [f for f in sys.meta_path if "editable" not in (type(f).__name__ + type(f).__module__).lower()]
+try:
+    from runtime.build import BASE_NVCC_FLAGS
+except ImportError:
+    from generator.build import BASE_NVCC_FLAGS
+print(" ".join(BASE_NVCC_FLAGS))
+"""
+
+
+def code_lines(source: str) -> list[str]:
+    """A rendered source without its comments and blank lines (what the compiler sees, near enough)."""
+    source = re.sub(r"/\*.*?\*/", "", source, flags=re.S)
+    return [line.strip() for line in re.sub(r"//[^\n]*", "", source).splitlines() if line.strip()]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", required=True, help="the revision whose kernel code the entries were timed on")
+    p.add_argument("--table", type=Path, default=SHIPPED_TABLE_DIR / "H200-132SM.json")
+    args = p.parse_args()
+    from generator.shipped import shipped_dense_variants
+
+    data = json.loads(args.table.read_text())
+    names = sorted({e["variant"] for e in data["entries"]} | {v.name for v in shipped_dense_variants()})
+    old_codes = {e.get("code") for e in data["entries"]}
+    with tempfile.TemporaryDirectory() as folder:
+        base = base_sources(args.base, names, Path(folder))
+        tree = Path(folder) / "flags"
+        subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), args.base], check=True, capture_output=True)
+        try:
+            flags = subprocess.run([sys.executable, "-c", BASE_FLAGS], cwd=tree, capture_output=True, text=True,
+                                   check=True, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}).stdout.split()
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], capture_output=True)
+    differ = [n for n in names if code_lines(render(spec_from_name(n))) != code_lines(base[n])]
+    if differ or tuple(flags) != BASE_NVCC_FLAGS:
+        print(f"refused: {len(differ)} of {len(names)} variants render other code than at {args.base} "
+              f"({differ[:5]}{'...' if len(differ) > 5 else ''}); flags {'differ' if tuple(flags) != BASE_NVCC_FLAGS else 'same'}."
+              " Re-time with `python -m generator tune --refresh`.")
+        return 1
+    new = code_digest()
+    for e in data["entries"]:
+        e["code"] = new
+    data["code"] = new
+    data.setdefault("history", []).append({
+        "command": f"python tools/restamp_table.py --base {args.base}",
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "restamped": f"code {', '.join(sorted(c for c in old_codes if c))} -> {new}: all {len(names)} variants render "
+                     f"the same code as at {args.base} (comments aside), same flags"})
+    args.table.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"{args.table}: {len(data['entries'])} entries re-stamped {sorted(c for c in old_codes if c)} -> {new} "
+          f"({len(names)} variants render the same code as at {args.base})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
