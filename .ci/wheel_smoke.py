@@ -13,7 +13,8 @@ import generator
 import runtime
 from generator.verify import verify_topk
 from generator.workloads import make_workload
-from runtime.build import build, nvcc_path
+from runtime.build import build
+from runtime.toolchain import nvcc_path
 from runtime.defaults import default_variant
 from runtime.gpu import identify
 from runtime.render import render

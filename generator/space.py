@@ -30,6 +30,8 @@ AXES: dict[str, tuple] = {
     "select_warps": (0, 3, 7),
 }
 
+# Boundary-bin candidates a row of the gated kernel's selection gathers (the template's kGather).
+GATE_GATHER = 512
 MAX_REGISTERS_PER_THREAD = 232  # 255 minus headroom: the estimate is coarse
 REGISTERS_PER_SM = 65_536
 
@@ -64,6 +66,10 @@ def rejection_reason(v: Variant) -> str | None:
             return f"a sample of {v.sample_tiles} tiles x {v.key_tile} keys does not fit a {v.buffer}-entry slab"
         if v.buffer < 2 * v.top_k:
             return f"slab of {v.buffer} < 2 x top_k: no room for the candidates a gate aims for"
+        if 2 * v.rows * GATE_GATHER < v.top_k:
+            # (the template's static_assert on sel::BinnedScratch<kRows, kGather>::kStageInts)
+            return (f"the gated kernel stages an answer in its selection's gather arrays, 2 x rows x {GATE_GATHER} = "
+                    f"{2 * v.rows * GATE_GATHER} ints < top_k {v.top_k}")
         rescan_reason = rejection_reason(v.rescan_variant)
         if rescan_reason:
             return f"its rescan variant {v.rescan_variant.name} is invalid: {rescan_reason}"

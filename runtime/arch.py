@@ -14,6 +14,10 @@ class Arch:
     mma_kinds: tuple[str, ...]  # scoring cores this target can run
 
 
+# nvcc's flags for every library (besides the arch's gencode): part of what decides what a library
+# computes, so they live here, in a module the code digest covers (runtime/kernel_code.py).
+BASE_NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v")
+
 ARCHS: dict[str, Arch] = {
     a.name: a
     for a in (

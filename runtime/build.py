@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .arch import ARCHS
+from . import toolchain
+from .arch import ARCHS, BASE_NVCC_FLAGS
 from .dense_variant import DenseVariant
 from .kernel_code import code_digest
 from .library_cache import (
@@ -32,10 +33,13 @@ from .library_cache import (
     write_manifest,
 )
 from .render import render
-from .toolchain import BuildError, ninja_path, nvcc_path, nvcc_version_or_none
+from .toolchain import BuildError
 from .variant import Variant
 
-__all__ = ["BuildError", "BuildPlan", "build", "find_built", "plan", "resource_report", "spec_from_name"]
+# (toolchain's functions are called through the module, never imported by name: this module is
+# imported lazily, and a name taken while a test had patched the toolchain would outlive the patch.)
+__all__ = ["BASE_NVCC_FLAGS", "BuildError", "BuildPlan", "build", "find_built", "nvcc_flags", "plan", "resource_report",
+           "spec_from_name"]
 
 KernelSpec = Variant | DenseVariant  # anything with .name, .arch, .template and .kernels
 
@@ -43,9 +47,6 @@ KernelSpec = Variant | DenseVariant  # anything with .name, .arch, .template and
 def spec_from_name(name: str) -> KernelSpec:
     """The fused or dense variant a name describes."""
     return DenseVariant.from_name(name) if name.startswith("mqa_dense_") else Variant.from_name(name)
-
-
-BASE_NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v")
 
 
 def nvcc_flags(v: KernelSpec) -> list[str]:
@@ -89,7 +90,7 @@ def write_source(p: BuildPlan) -> None:
 
 def _ninja_file(plans: list[BuildPlan]) -> str:
     lines = [
-        f"nvcc = {nvcc_path()}",
+        f"nvcc = {toolchain.nvcc_path()}",
         "rule nvcc",
         # $$$$ is the shell's $$ (its pid): each process compiles to its own temporary name.
         "  command = $nvcc $flags -o $out.tmp.$$$$ $in > $out.log 2>&1 && mv -f $out.tmp.$$$$ $out"
@@ -136,7 +137,7 @@ def _built(p: BuildPlan, root: Path, nvcc: str | None, prebuilt: Path | None) ->
 def find_built(v: KernelSpec) -> BuildPlan | None:
     """The variant's usable library (cache or prebuilt directory) without building, or None."""
     root = cache_dir()
-    return _built(plan(v, root), root, nvcc_version_or_none(), prebuilt_dir())
+    return _built(plan(v, root), root, toolchain.nvcc_version_or_none(), prebuilt_dir())
 
 
 def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False,
@@ -146,7 +147,7 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
     bar, or a line a library where stderr is not a terminal; verbose passes nvcc's output through.
     Without nvcc, a variant with no library in the cache or the prebuilt directory is a BuildError."""
     root = root or cache_dir()
-    nvcc = nvcc_version_or_none()
+    nvcc = toolchain.nvcc_version_or_none()
     prebuilt = prebuilt_dir()
     plans = [plan(v, root) for v in variants]
     found = [_built(p, root, nvcc, prebuilt) for p in plans]
@@ -170,7 +171,7 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
                 p.library.unlink(missing_ok=True)  # another nvcc's build: ninja must not take it as done
             ninja_file = root / f"build.{os.getpid()}.ninja"
             ninja_file.write_text(_ninja_file(missing))
-            cmd = [ninja_path(), "-f", str(ninja_file), "-j", str(jobs or os.cpu_count() or 1)]
+            cmd = [toolchain.ninja_path(), "-f", str(ninja_file), "-j", str(jobs or os.cpu_count() or 1)]
             try:
                 if verbose:
                     proc = subprocess.run(cmd, cwd=root, text=True)

@@ -88,11 +88,11 @@ def decide(problem: Problem) -> Decision:
     the chunk's total keys."""
     whence = "the chunk's N (no max_visible_keys, not validated)" if problem.visible_keys is None else "measured or told"
     packed = f", {problem.keys} keys: {problem.packing} requests of it" if problem.packing > 1 else ""
-    return replace(_decision(problem),
+    return replace(_decision_for(problem),
                    looked_up=f"{problem.rows} rows, longest row {problem.longest_row} keys ({whence}){packed}")
 
 
-def _decision(problem: Problem) -> Decision:
+def _decision_for(problem: Problem) -> Decision:
     """decide()'s answer without its looked_up line: what every call of the op asks, so the answer
     is kept per (table, shape) until the table changes."""
     path = getenv(PATH_ENV, "auto")
@@ -104,13 +104,15 @@ def _decision(problem: Problem) -> Decision:
         return Decision(None, f"the inputs are on {problem.device}, not a CUDA GPU")
     identity = device_identity(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
     choice, mtime = current_table(identity)
-    return _decide(path, identity, choice, mtime, problem.heads, problem.top_k, problem.rows, problem.longest_row,
-                   problem.packing)
+    return _table_decision(path, identity, choice, mtime, problem.heads, problem.top_k, problem.rows,
+                           problem.longest_row, problem.packing)
 
 
 @lru_cache(maxsize=4096)
-def _decide(path: str, identity, choice: TableChoice, mtime: int, heads: int, top_k: int, rows: int,
-            longest_row: int, packing: int) -> Decision:
+def _table_decision(path: str, identity, choice: TableChoice, mtime: int, heads: int, top_k: int, rows: int,
+                    longest_row: int, packing: int) -> Decision:
+    """What the table (`choice`, as of `mtime`) says for a chunk of this shape on this GPU, kept per
+    (table, shape) until the table changes."""
     problem = Problem(rows=rows, keys=longest_row * packing, heads=heads, top_k=top_k, device=torch.device("cuda"),
                       visible_keys=longest_row)
     entries = load_table(choice.path) or []
@@ -162,7 +164,7 @@ def choose_variant(problem: Problem) -> Variant | None:
     kept = _chosen.get(problem)
     if kept is not None and kept[1] == state and now - kept[0] < RECHECK_S:
         return kept[2]
-    variant = _decision(problem).variant
+    variant = _decision_for(problem).variant
     if len(_chosen) >= 4096:  # (a server's many shapes: keep the dict small)
         _chosen.clear()
     _chosen[problem] = (now, state, variant)

@@ -183,19 +183,26 @@ def test_split_tail_matches_reference_on_every_family(variant, family):
     assert stats["split_blocks"] <= 3, stats
 
 
+def layout_top_k(rows: int) -> int:
+    """The largest top-k the gated kernel serves at `rows` rows a block (one row stages at most 1,024
+    answers: generator.space.GATE_GATHER)."""
+    return 2048 if rows >= 2 else 1024
+
+
 def layout_variants(heads: int, rows: int) -> list:
     """The gated (without and with selector warps), streaming and dense wgmma kernels at `rows` rows a
     block: the first valid shape of each (the widest product columns rule out two pipelined slices)."""
     out = []
+    top_k = layout_top_k(rows)
     for gated in (True, False):
-        base = default_variant(heads, 2048, gated=gated)
+        base = default_variant(heads, top_k, gated=gated)
         shapes = [(256, 8), (128, 8)] if gated else [(128, 8)]
         valid = [v for kt, w in shapes
                  if rejection_reason(v := dataclasses.replace(base, rows=rows, key_tile=kt, warps=w)) is None]
         assert valid, f"no valid {'gated' if gated else 'streaming'} variant at {rows} rows x {heads} heads"
         out.append(valid[0])
     return [out[0], dataclasses.replace(out[0], select_warps=3), out[1],
-            dataclasses.replace(default_dense_variant(heads, 2048), rows=rows)]
+            dataclasses.replace(default_dense_variant(heads, top_k), rows=rows)]
 
 
 # Rows a block with a valid wgmma N (64 or 128: 256 columns need more registers than a thread has).
@@ -210,13 +217,14 @@ def test_every_rows_per_block_layout(heads, rows):
     from runtime.fused import launch_variant
 
     gated, selecting, streaming, dense = layout_variants(heads, rows)
+    top_k = layout_top_k(rows)
     # short_rows: range checks inside tiles; all_equal: every gated block rescanned by the streaming kernel.
     for family in ("random", "short_rows", "all_equal"):
-        wl = make_workload(family, 97, 20_000, heads, 2048, seed=11, device="cuda")  # a partial last block
+        wl = make_workload(family, 97, 20_000, heads, top_k, seed=11, device="cuda")  # a partial last block
         for variant in (gated, selecting, streaming):
             stats = {}
-            out = launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, 2048,
-                                 out=torch.full((wl.rows, 2048), check.POISON, dtype=torch.int32, device="cuda"),
+            out = launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k,
+                                 out=torch.full((wl.rows, top_k), check.POISON, dtype=torch.int32, device="cuda"),
                                  stats=stats)
             assert not (out == check.POISON).any(), f"{variant.name} {family}: elements left unwritten"
             if variant.gated:

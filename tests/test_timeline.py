@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from conftest import requires_nvcc
 
-from runtime.build import nvcc_flags, nvcc_path
+from runtime.build import nvcc_flags
+from runtime.toolchain import nvcc_path
 from runtime.defaults import default_variant
 from runtime.render import render
 

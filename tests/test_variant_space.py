@@ -148,3 +148,15 @@ def test_the_dense_path_ships_a_top_k_for_short_rows_and_one_for_long():
     short, long = default_dense_variant(64, 2048, short_rows=True), default_dense_variant(64, 2048)
     assert (short.topk_threads, short.topk_buffer) == (256, 4096) and (long.topk_threads, long.topk_buffer) == (512, 8192)
     assert {(v.rows, v.math_wgs, v.slices) for v in (short, long)} == {(2, 2, 2)}  # the same logits kernel
+
+
+def test_a_gated_answer_must_fit_the_selections_stage():
+    """One row a block stages at most 2 x 512 answers (the template's static_assert fails to compile
+    beyond): the space rejects such a point before nvcc does."""
+    from dataclasses import replace
+
+    gated = default_variant(64, 2048, gated=True)
+    assert rejection_reason(gated) is None
+    reason = rejection_reason(replace(gated, rows=1))
+    assert reason and "stages an answer" in reason, reason
+    assert rejection_reason(replace(default_variant(64, 1024, gated=True), rows=1)) is None

@@ -56,7 +56,7 @@ def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Te
 def probe_mma_sync(trials: int, gen) -> dict:
     """Every warp of tools/mma_probe.cu: 16 rows of A against 8 of B over 128 dims, from C (half the
     trials from 0): a trial is one (row, column) result."""
-    from runtime.build import nvcc_path
+    from runtime.toolchain import nvcc_path
 
     lib_path = Path(tempfile.mkdtemp()) / "mma_probe.so"
     subprocess.run([nvcc_path(), "-O3", "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_89,code=sm_89",

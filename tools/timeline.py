@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime.build import nvcc_flags, nvcc_path, spec_from_name  # noqa: E402
+from runtime.build import nvcc_flags, spec_from_name  # noqa: E402
+from runtime.toolchain import nvcc_path  # noqa: E402
 from runtime.render import render  # noqa: E402
 from tools.cli import variant_tool_parser  # noqa: E402
 
