@@ -1,16 +1,16 @@
 // The order the persistent fused kernels claim row blocks in: heaviest first (by the block's longest
 // visible row; ties by block index), so the long blocks start early and the short ones fill the tail.
 // Made on the GPU by one small kernel inside each library's launch: the same order as torch's stable
-// descending argsort (runtime/fused.py keeps that definition for the tests), which cost about 27 us
-// of GPU time a call in nine small kernels (experiment log, "2026-12-01: power cap").
+// descending argsort (runtime/fused.py keeps that definition for the tests), which took nine small
+// kernels a call (experiment log, "2026-12-01: power cap").
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
 
 namespace order {
 
-// A CTA ranks kThreads blocks against kCompared others: 16 CTAs at 1,024 blocks, 256 at 4,096 (with
-// 1,024 compared, 4 CTAs took 21.6 us for 1,024 blocks: experiment log, "2026-12-01: power cap").
+// A CTA ranks kThreads blocks against kCompared others: 16 CTAs at 1,024 blocks, 256 at 4,096 (more
+// CTAs comparing fewer blocks each: experiment log, "2026-12-01: power cap").
 constexpr int kThreads = 256;
 constexpr int kCompared = 256;
 

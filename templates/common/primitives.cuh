@@ -49,8 +49,8 @@ __device__ __forceinline__ float score_of_code(uint32_t code) {
 }
 
 // A plain (weak) global store, where the compiler would emit a generic one (ST.E: the gated kernel's
-// slab appends, whose pointer is one of several chosen at run time; 3% slower at 16K x 128K than STG,
-// experiment log, "2026-11-30: tail split"). No memory clobber: the callers order it with fences and barriers, which
+// slab appends, whose pointer is one of several chosen at run time; slower than STG: experiment
+// log, "2026-11-30: tail split"). No memory clobber: the callers order it with fences and barriers, which
 // are volatile asm too.
 __device__ __forceinline__ void store_global(uint2* p, uint2 v) {
     asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(p), "r"(v.x), "r"(v.y));

@@ -258,7 +258,7 @@ __device__ __forceinline__ void kth_largest_codes(const Lists& lists, const int 
         }
         sync();
         // Warp w scans list w's histogram (and w + kThreads / 32's, ...: the loop only where there are
-        // more lists than warps; as a loop for one list per warp it made the dense top-k 60% slower).
+        // more lists than warps: as a loop for one list per warp it slowed the dense top-k down).
         const auto scan = [&](int r) {
             if (s.remaining[r] == 0) return;  // lists with rank 0 have nothing to find
             // Lane l owns bins 255-8l down to 248-8l; a scan over lanes finds the bin holding rank
@@ -639,7 +639,7 @@ namespace sel {
 //     row) does not crowd the rest into one bin as linear bins over [floor, max] would. The distance
 //     is the fp32 difference of the scores, not of their codes: codes are not linear in the score
 //     across zero, and a gate just below zero with its k-th score above put a row's whole top in one
-//     bin (0.4% of rows on random data at 128K keys, 9% at 32K). The bins span 33 powers of two
+//     bin. The bins span 33 powers of two
 //     around the distance of a `ceiling`: the row's largest code, or its sample's, which may lie far
 //     below the k-th where scores trend along the keys (so the span reaches 2^17 times above it).
 //  2. Every candidate in a bin above the one holding the k-th code is taken, and those in that

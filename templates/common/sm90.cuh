@@ -75,10 +75,9 @@ __device__ __forceinline__ void tma_load_query_tile(void* smem_dst, const CUtens
 // The descriptor's high word is the same for every such tile (kKmajorSw128High); its low word is the
 // start address field, in 16-byte units, which byte offsets into a ring of tiles move by offset / 16
 // (shared addresses are below 256 KiB, so the 14-bit field never carries). Callers compute a ring's
-// start once and add offsets: recomputed from the pointer before every product, the descriptors took
-// about 20 more uniform-datapath instructions of the gated scan loop's 420 a tile (a saving within the
-// timing noise, 0-2%: those instructions were not what limits the loop; experiment log,
-// "2026-11-30: loose sample select").
+// start once and add offsets: recomputed from the pointer before every product, the descriptors cost
+// uniform-datapath instructions in the scan loop (not what limits it; experiment log, "2026-11-30:
+// loose sample select").
 constexpr uint64_t kKmajorSw128High = ((uint64_t(1024) >> 4) << 32)  // 1024 bytes between 8-row groups
                                       | (1ull << 62);                // layout type 1: 128-byte swizzle
 __device__ __forceinline__ uint32_t kmajor_sw128_start(const void* smem_ptr) { return (smem_addr(smem_ptr) & 0x3FFFFu) >> 4; }
