@@ -37,6 +37,10 @@ class DenseVariant:
     reg_cached: int  # logits each thread of the short-row top-k holds: rows of up to 256 x reg_cached keys
 
     template = "dense_mqa_topk_sm90.cu.j2"
+    # The short-row top-k's CTAs, as the template renders them (the one source of both).
+    short_topk_threads = property(lambda self: SHORT_TOPK_THREADS)
+    short_topk_small_cta = property(lambda self: SHORT_TOPK_SMALL_CTA)
+
     @property
     def kernels(self) -> tuple[str, ...]:
         """The __global__ functions a build holds (the short-row top-k once per CTA: as its mangled
@@ -117,9 +121,9 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
     return None
 
 
-# The short-row top-k's CTAs (the template's kShortThreads): the smallest that holds a chunk's
-# window (its longest row) serves it; windows it holds with fewer logits a thread than top_k keys
-# take the small CTA (the template's 128 threads of kSmallHeld logits) before them.
+# The short-row top-k's CTAs (rendered into the template as kShortThreads, and its small CTA's threads
+# and kSmallHeld): the smallest that holds a chunk's window (its longest row) serves it; windows the
+# small CTA holds (fewer logits a thread than top_k keys) take it before them.
 SHORT_TOPK_THREADS = (128, 256, 512)
 SHORT_TOPK_SMALL_CTA = (128, 8)
 
