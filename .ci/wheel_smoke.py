@@ -37,6 +37,8 @@ print("table: ok", len(entries), "entries")
 wl = make_workload("random", 8, 3000, 32, 512, seed=1)
 assert verify_topk(runtime.fused_mqa_topk(*wl.args()), *wl.args()).ok
 print("CPU call: ok")
+assert runtime.__version__ != "0+checkout", runtime.__version__
+print("version: ok", runtime.__version__)
 
 if os.environ.get("FUSED_MQA_TOPK_PREBUILT"):  # a machine without nvcc, serving from a prebuilt cache
     (plan,) = build([variant])

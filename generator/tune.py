@@ -516,7 +516,7 @@ def main(args) -> int:
               "Without a GPU you can:\n"
               "  python -m generator list             # the variant space (--invalid: rejected points and why)\n"
               "  python -m generator build --shipped  # compile every shipped variant with nvcc\n"
-              "  python -m pytest -q tests            # the CPU test suite\n"
+              "  python -m pytest -q tests            # the CPU test suite (in a checkout: the wheel holds no tests)\n"
               "and on a machine with an sm_89+ GPU, run this command again.", file=sys.stderr)
         return 2
     from runtime.gpu import device_identity

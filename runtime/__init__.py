@@ -17,7 +17,14 @@ from .fused import AUTO, fused_op, run_checked
 from .reference import reference_mqa_topk
 from .variant import Variant
 
-__all__ = ["fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "explain", "choose_variant", "check_inputs",
+try:
+    from importlib.metadata import PackageNotFoundError, version
+
+    __version__ = version("fused-mqa-topk")
+except PackageNotFoundError:  # a checkout on sys.path, not installed
+    __version__ = "0+checkout"
+
+__all__ = ["__version__", "fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "explain", "choose_variant", "check_inputs",
            "SUPPORTED_HEADS", "SUPPORTED_TOP_K", "Problem", "Decision"]
 
 

@@ -35,3 +35,13 @@ def test_the_repository_speaks_of_the_product():
 
     assert "**32 or 64**" in readme and SUPPORTED_HEADS == (32, 64)
     assert "**512, 1024 or 2048**" in readme and SUPPORTED_TOP_K == (512, 1024, 2048)
+
+
+def test_the_installed_version_is_the_projects():
+    import re
+    from pathlib import Path
+
+    import runtime
+
+    declared = re.search(r'^version = "([^"]+)"', (Path(__file__).parent.parent / "pyproject.toml").read_text(), re.M)
+    assert runtime.__version__ == declared.group(1), (runtime.__version__, declared.group(1))
