@@ -69,3 +69,19 @@ def test_a_served_call_imports_neither_jinja_nor_the_compiler_driver():
             " or m in ('runtime.render', 'runtime.build')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"a served call imported {out.strip()}"
+
+
+def test_a_leftover_folder_of_caches_does_not_shadow_the_data(tmp_path, monkeypatch):
+    """An old checkout's runtime/tuned_configs/ holding only __pycache__ is a namespace package to
+    Python; runtime.data passes over it to the real folder (it once hid the shipped table)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from runtime import data
+
+    stale = tmp_path / "tuned_configs"
+    (stale / "__pycache__").mkdir(parents=True)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: SimpleNamespace(submodule_search_locations=[str(stale)]))
+    assert data.data_dir.__wrapped__("tuned_configs") == REPO / "tuned_configs"
+    (stale / "H200-132SM.json").write_text("{}")
+    assert data.data_dir.__wrapped__("tuned_configs") == stale  # a folder with data is taken
