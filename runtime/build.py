@@ -120,24 +120,32 @@ def _record(root: Path, plans: list[BuildPlan], nvcc: str) -> None:
     write_manifest(root, libraries)
 
 
-def _built(p: BuildPlan, root: Path, nvcc: str | None, prebuilt: Path | None) -> BuildPlan | None:
-    """The plan of a usable library for p: in the cache, else in the prebuilt directory, where the
-    directory's manifest vouches for it (runtime.library_cache.trusted); None if neither."""
-    record = read_manifest(root).get(p.library.name)
+def _built(p: BuildPlan, root: Path, manifest: dict, nvcc: str | None, prebuilt: Path | None,
+           prebuilt_manifest: dict) -> BuildPlan | None:
+    """The plan of a usable library for p: in the cache (whose manifest is `manifest`), else in the
+    prebuilt directory, where the directory's manifest vouches for it (runtime.library_cache.trusted);
+    None if neither."""
+    record = manifest.get(p.library.name)
     if record is not None and trusted(p.library, record, nvcc):
         return p
     if prebuilt is not None:
         there = replace(p, source=prebuilt / p.source.relative_to(root), library=prebuilt / p.library.relative_to(root))
-        record = read_manifest(prebuilt).get(there.library.name)
+        record = prebuilt_manifest.get(there.library.name)
         if record is not None and trusted(there.library, record, nvcc):
             return there
     return None
 
 
+def _manifests(root: Path, prebuilt: Path | None) -> tuple[dict, dict]:
+    """The cache's manifest and the prebuilt directory's ({} where there is none), read once a call."""
+    return read_manifest(root), read_manifest(prebuilt) if prebuilt is not None else {}
+
+
 def find_built(v: KernelSpec) -> BuildPlan | None:
     """The variant's usable library (cache or prebuilt directory) without building, or None."""
-    root = cache_dir()
-    return _built(plan(v, root), root, toolchain.nvcc_version_or_none(), prebuilt_dir())
+    root, prebuilt = cache_dir(), prebuilt_dir()
+    manifest, prebuilt_manifest = _manifests(root, prebuilt)
+    return _built(plan(v, root), root, manifest, toolchain.nvcc_version_or_none(), prebuilt, prebuilt_manifest)
 
 
 def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None = None, verbose: bool = False,
@@ -150,7 +158,8 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
     nvcc = toolchain.nvcc_version_or_none()
     prebuilt = prebuilt_dir()
     plans = [plan(v, root) for v in variants]
-    found = [_built(p, root, nvcc, prebuilt) for p in plans]
+    manifest, prebuilt_manifest = _manifests(root, prebuilt)
+    found = [_built(p, root, manifest, nvcc, prebuilt, prebuilt_manifest) for p in plans]
     missing = [p for p, f in zip(plans, found) if f is None]
     plans = [f or p for p, f in zip(plans, found)]
     if not missing:
@@ -165,7 +174,8 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
         write_source(p)
     with open(root / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        missing = [p for p in missing if _built(p, root, nvcc, None) is None]  # another process may have built them
+        manifest = read_manifest(root)  # another process may have built some meanwhile
+        missing = [p for p in missing if _built(p, root, manifest, nvcc, None, {}) is None]
         if missing:
             for p in missing:
                 p.library.unlink(missing_ok=True)  # another nvcc's build: ninja must not take it as done

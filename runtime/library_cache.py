@@ -56,7 +56,9 @@ def write_manifest(root: Path, libraries: dict) -> None:
 
 
 def file_sha256(path: Path) -> str:
-    return _sha256(str(path), path.stat().st_mtime_ns, path.stat().st_size)
+    """The file's sha256, hashed again only when its modification time or size changes."""
+    stat = path.stat()
+    return _sha256(str(path), stat.st_mtime_ns, stat.st_size)
 
 
 @lru_cache(maxsize=256)

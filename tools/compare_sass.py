@@ -36,7 +36,7 @@ from tools.sass import FUNCTION, nvdisasm_path, short_name  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # Renders names given on stdin with whichever renderer the checkout at cwd has (it moved from
-# generator/ to runtime/), a JSON object a line.
+# generator/ to runtime/), a JSON object a line, after one with that checkout's nvcc flags.
 RENDER_BASE = """
 import json, os, sys
 # Only the base's own files: an editable install's finder would serve this checkout's modules for
@@ -44,13 +44,14 @@ import json, os, sys
 sys.meta_path = [f for f in sys.meta_path if "editable" not in (type(f).__name__ + type(f).__module__).lower()]
 tree = os.getcwd()
 if os.path.exists(os.path.join(tree, "runtime", "render.py")):
-    from runtime.build import spec_from_name
+    from runtime.build import BASE_NVCC_FLAGS, spec_from_name
     from runtime.render import render
 else:
-    from generator.build import spec_from_name
+    from generator.build import BASE_NVCC_FLAGS, spec_from_name
     from generator.render import render
 import inspect
 assert inspect.getfile(render).startswith(tree), inspect.getfile(render)
+print(json.dumps({"flags": list(BASE_NVCC_FLAGS)}))
 for name in sys.stdin.read().split():
     print(json.dumps({"name": name, "source": render(spec_from_name(name))}))
 """
@@ -59,8 +60,8 @@ ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_")  # the anonymous namespace's n
 LABEL_NAME = re.compile(r"\.L_x_(\d+)")  # numbered across the file: renumbered per kernel, in order of appearance
 
 
-def base_sources(rev: str, names: list[str], folder: Path) -> dict[str, str]:
-    """Each variant's source as the templates of `rev` render it."""
+def base_sources(rev: str, names: list[str], folder: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Each variant's source as the templates of `rev` render it, and `rev`'s base nvcc flags."""
     tree = folder / "base"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(tree), rev], check=True,
                    capture_output=True)
@@ -69,7 +70,8 @@ def base_sources(rev: str, names: list[str], folder: Path) -> dict[str, str]:
                              capture_output=True, check=True, env={**os.environ, "PYTHONPATH": str(tree)}).stdout
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True)
-    return {d["name"]: d["source"] for d in map(json.loads, out.splitlines())}
+    first, *rest = map(json.loads, out.splitlines())
+    return {d["name"]: d["source"] for d in rest}, tuple(first["flags"])
 
 
 def sass_of(source: str, name: str, folder: Path) -> tuple[dict[str, list[str]], str]:
@@ -150,7 +152,7 @@ def main() -> int:
     if not names:
         p.error("name variants, or pass --table / --dense")
     folder = args.keep or Path(tempfile.mkdtemp(prefix="compare-sass-"))
-    bases = base_sources(args.base, names, folder)
+    bases, _ = base_sources(args.base, names, folder)
     different = 0
     with ThreadPoolExecutor(max(1, args.jobs // 2)) as pool:  # (two nvcc a comparison)
         for text, same in pool.map(lambda n: compare(n, bases[n], folder / n), names):

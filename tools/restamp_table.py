@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,17 +29,6 @@ from runtime.kernel_code import code_digest  # noqa: E402
 from runtime.render import render  # noqa: E402
 from runtime.table import SHIPPED_TABLE_DIR  # noqa: E402
 from tools.compare_sass import base_sources  # noqa: E402
-
-BASE_FLAGS = """
-import sys
-sys.meta_path = [f for f in sys.meta_path if "editable" not in (type(f).__name__ + type(f).__module__).lower()]
-try:
-    from runtime.build import BASE_NVCC_FLAGS
-except ImportError:
-    from generator.build import BASE_NVCC_FLAGS
-print(" ".join(BASE_NVCC_FLAGS))
-"""
-
 
 def code_lines(source: str) -> list[str]:
     """A rendered source without its comments and blank lines (what the compiler sees, near enough)."""
@@ -59,14 +47,7 @@ def main() -> int:
     names = sorted({e["variant"] for e in data["entries"]} | {v.name for v in shipped_dense_variants()})
     old_codes = {e.get("code") for e in data["entries"]}
     with tempfile.TemporaryDirectory() as folder:
-        base = base_sources(args.base, names, Path(folder))
-        tree = Path(folder) / "flags"
-        subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), args.base], check=True, capture_output=True)
-        try:
-            flags = subprocess.run([sys.executable, "-c", BASE_FLAGS], cwd=tree, capture_output=True, text=True,
-                                   check=True, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}).stdout.split()
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], capture_output=True)
+        base, flags = base_sources(args.base, names, Path(folder))
     differ = [n for n in names if code_lines(render(spec_from_name(n))) != code_lines(base[n])]
     if differ or tuple(flags) != BASE_NVCC_FLAGS:
         print(f"refused: {len(differ)} of {len(names)} variants render other code than at {args.base} "
