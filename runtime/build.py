@@ -32,6 +32,7 @@ from .library_cache import (
     trusted,
     write_manifest,
 )
+from .paged_variant import PagedVariant
 from .render import render
 from .toolchain import BuildError
 from .variant import Variant
@@ -41,12 +42,14 @@ from .variant import Variant
 __all__ = ["BASE_NVCC_FLAGS", "BuildError", "BuildPlan", "build", "find_built", "nvcc_flags", "plan", "resource_report",
            "spec_from_name"]
 
-KernelSpec = Variant | DenseVariant  # anything with .name, .arch, .template and .kernels
+KernelSpec = Variant | DenseVariant | PagedVariant  # anything with .name, .arch, .template and .kernels
 
 
 def spec_from_name(name: str) -> KernelSpec:
-    """The fused or dense variant a name describes."""
-    return DenseVariant.from_name(name) if name.startswith("mqa_dense_") else Variant.from_name(name)
+    """The fused, dense or paged-decode variant a name describes."""
+    if name.startswith("mqa_dense_"):
+        return DenseVariant.from_name(name)
+    return PagedVariant.from_name(name) if name.startswith("paged_topk_") else Variant.from_name(name)
 
 
 def nvcc_flags(v: KernelSpec) -> list[str]:

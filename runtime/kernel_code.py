@@ -17,7 +17,7 @@ from .data import data_dir
 # The modules whose content decides what a variant's library computes and how fast: the parameters
 # the templates are rendered from, the rendering, and the targets and compiler flags (arch.py). Not
 # build.py: how libraries are compiled and cached does not change what they compute.
-KERNEL_MODULES = ("arch.py", "variant.py", "dense_variant.py", "render.py")
+KERNEL_MODULES = ("arch.py", "variant.py", "dense_variant.py", "paged_variant.py", "render.py")
 
 
 @lru_cache(maxsize=1)

@@ -17,6 +17,7 @@ import torch
 
 from .dense_variant import DenseVariant
 from .library_cache import cache_dir, find_library
+from .paged_variant import PagedVariant
 from .variant import Variant
 
 
@@ -161,6 +162,36 @@ class DenseLibrary(_Library):
         return self._lib.mqa_dense_short_row_keys()
 
 
+class PagedLibrary(_Library):
+    """A paged-decode variant's shared library; see the `extern "C"` block of
+    templates/paged_mqa_topk_wgmma.cu.j2."""
+
+    def __init__(self, variant: PagedVariant, path: str):
+        super().__init__(variant, path, "paged_topk")
+        p, i = ctypes.c_void_p, ctypes.c_int
+        self._lib.paged_topk_launch.argtypes = [p] * 7 + [i] * 4 + [p]
+        self._int_functions("paged_topk_launch", "paged_topk_smem_bytes", "paged_topk_threads")
+        self._lib.paged_topk_workspace_bytes.argtypes = [i, i]
+        self._lib.paged_topk_workspace_bytes.restype = ctypes.c_longlong
+
+    def workspace_bytes(self, batch: int, parts: int) -> int:
+        """Device memory a launch over `batch` requests in `parts` parts each needs."""
+        return self._lib.paged_topk_workspace_bytes(batch, parts)
+
+    def launch(self, q, kv_cache, weights, context_lens, block_table, out, workspace, batch: int, max_blocks: int,
+               num_blocks: int, parts: int, stream: int) -> None:
+        self._check(self._lib.paged_topk_launch(q, kv_cache, weights, context_lens, block_table, out, workspace, batch,
+                                                max_blocks, num_blocks, parts, stream), "launch")
+
+    @property
+    def smem_bytes(self) -> int:
+        return self._lib.paged_topk_smem_bytes()
+
+    @property
+    def threads(self) -> int:
+        return self._lib.paged_topk_threads()
+
+
 def allocate(nbytes: int, device, what: str, dtype=torch.uint8):
     """torch.empty of nbytes bytes, or a clear error naming what it was for (the process lives on)."""
     try:
@@ -187,7 +218,8 @@ def aligned16(x):
     return x if x.data_ptr() % 16 == 0 else x.clone()
 
 
-_loaded: dict[str, KernelLibrary | DenseLibrary] = {}
+_LIBRARY_KINDS = ((DenseVariant, DenseLibrary), (PagedVariant, PagedLibrary), (Variant, KernelLibrary))
+_loaded: dict[str, KernelLibrary | DenseLibrary | PagedLibrary] = {}
 _lock = threading.Lock()
 
 
@@ -196,7 +228,7 @@ class KernelUnavailable(RuntimeError):
     library that does not load."""
 
 
-def _compiled(variant: Variant | DenseVariant):
+def _compiled(variant: Variant | DenseVariant | PagedVariant):
     """The path of the variant's library, rendered and compiled into the cache where no usable one
     is there (the only place the runtime reaches the renderer and nvcc)."""
     from .build import build, find_built
@@ -208,7 +240,7 @@ def _compiled(variant: Variant | DenseVariant):
     return built.library
 
 
-def load(variant: Variant | DenseVariant) -> KernelLibrary | DenseLibrary:
+def load(variant: Variant | DenseVariant | PagedVariant) -> KernelLibrary | DenseLibrary | PagedLibrary:
     """The variant's library, compiled into the cache first if needed (one build per process).
     Raises KernelUnavailable, naming the variant and the cause, where it cannot be built or loaded."""
     lib = _loaded.get(variant.name)
@@ -218,9 +250,9 @@ def load(variant: Variant | DenseVariant) -> KernelLibrary | DenseLibrary:
             if lib is None:
                 try:
                     path = find_library(variant) or _compiled(variant)
-                    kind = DenseLibrary if isinstance(variant, DenseVariant) else KernelLibrary
+                    kind = next(lib for spec, lib in _LIBRARY_KINDS if isinstance(variant, spec))
                     lib = _loaded[variant.name] = kind(variant, str(path))
-                except Exception as e:  # noqa: BLE001 -- whatever stops a library (no nvcc, a failed build,
+                except Exception as e:
                     # an unwritable cache, a file that does not load, a symbol it lacks, a template that does
                     # not render) leaves the variant unavailable, and automatic dispatch falls back
                     raise KernelUnavailable(f"{variant.name} is unavailable: {type(e).__name__}: {e}") from e

@@ -1,0 +1,110 @@
+"""Decode steps laid out in a paged cache, for the tests, the checker and the benchmarks.
+
+A step's data comes from a prefill family (generator.workloads): its keys are the requests' tokens
+end to end, its first B x next_n query rows the step's rows. The keys are written into cache blocks
+in DeepGEMM's paged layout through a shuffled block table, with spare blocks of noise between them;
+with shared_prefix, every request's first blocks are request 0's (prefix caching: one block in many
+tables), so those requests see request 0's first tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from runtime.paged import gather_paged, reference_paged_mqa_topk
+from runtime.paged_variant import CACHE_BYTES_PER_KEY
+
+from .verify import VerifyReport, verify_topk
+from .workloads import make_workload
+
+
+@dataclass(frozen=True)
+class PagedWorkload:
+    family: str
+    q: torch.Tensor  # [B, next_n, H, 128] e4m3
+    kv_cache: torch.Tensor  # [num_blocks, block_size, 1, 132] uint8
+    weights: torch.Tensor  # [B * next_n, H] f32
+    context_lens: torch.Tensor  # [B] i32
+    block_table: torch.Tensor  # [B, max_blocks] i32
+    top_k: int
+
+    @property
+    def batch(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def next_n(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def heads(self) -> int:
+        return self.q.shape[2]
+
+    def args(self) -> tuple:
+        """Positional arguments of paged_mqa_topk / reference_paged_mqa_topk."""
+        return (self.q, self.kv_cache, self.weights, self.context_lens, self.block_table, self.top_k)
+
+    def cache_bytes_read(self) -> int:
+        """The cache bytes a step must read: every request's tokens once (132 bytes each)."""
+        return int(self.context_lens.long().sum()) * CACHE_BYTES_PER_KEY
+
+    def describe(self) -> str:
+        lens = self.context_lens.tolist()
+        shown = lens if len(lens) <= 4 else f"{len(lens)} requests, {min(lens)}..{max(lens)} tokens"
+        return f"{self.family} B={self.batch} next_n={self.next_n} H={self.heads} k={self.top_k} contexts {shown}"
+
+
+def make_paged_workload(family: str, contexts: list[int], next_n: int, heads: int, top_k: int, *, block_size: int = 64,
+                        seed: int = 0, device="cpu", shared_prefix: int = 0, spare_blocks: int = 3,
+                        table_slack: int = 1) -> PagedWorkload:
+    """A decode step of len(contexts) requests with these context lengths. shared_prefix: the first
+    shared_prefix blocks of every request are request 0's (at most request 0's full blocks; requests
+    shorter than that share what they use). table_slack: block-table columns beyond the longest context's (left at -1)."""
+    batch = len(contexts)
+    total = max(sum(contexts), 1)
+    base = make_workload(family, max(batch * next_n, 1), total, heads, top_k, seed=seed, device=device)
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(seed + 1)
+    blocks_of = [-(-n // block_size) for n in contexts]
+    max_blocks = max([*blocks_of, 1]) + table_slack
+    shared = min(shared_prefix, contexts[0] // block_size if batch else 0)  # request 0's full blocks only
+    own = [b - (min(shared, b) if r else 0) for r, b in enumerate(blocks_of)]
+    num_blocks = sum(own) + spare_blocks + 1
+    ids = torch.randperm(num_blocks, generator=gen)
+    table = torch.full((batch, max_blocks), -1, dtype=torch.int32)
+    cache = torch.randint(0, 256, (num_blocks, block_size * CACHE_BYTES_PER_KEY), generator=gen, dtype=torch.uint8)
+    noise_scales = torch.rand(num_blocks, block_size, generator=gen) + 0.5
+    cache[:, block_size * 128:] = noise_scales.view(torch.uint8).view(num_blocks, -1)  # finite scales everywhere
+    values = base.k_fp8.cpu().view(torch.uint8)
+    scales = base.k_scale.cpu()
+    next_id, start = 0, 0
+    for r, n in enumerate(contexts):
+        for j in range(blocks_of[r]):
+            if r and j < shared:
+                table[r, j] = table[0, j]
+                continue
+            block = int(ids[next_id])
+            next_id += 1
+            table[r, j] = block
+            lo, hi = start + j * block_size, min(start + (j + 1) * block_size, start + n)
+            cache[block, : (hi - lo) * 128] = values[lo:hi].reshape(-1)
+            cache[block, block_size * 128: block_size * 128 + (hi - lo) * 4] = scales[lo:hi].view(torch.uint8)
+        start += n
+    q = base.q[: batch * next_n].reshape(batch, next_n, heads, 128)
+    weights = base.weights[: batch * next_n].contiguous()
+    return PagedWorkload(family, q.contiguous(), cache.view(num_blocks, block_size, 1, CACHE_BYTES_PER_KEY).to(device),
+                         weights, torch.tensor(contexts, dtype=torch.int32, device=device), table.to(device), top_k)
+
+
+def verify_paged(out: torch.Tensor, wl: PagedWorkload, rows=None, strict: bool = False) -> VerifyReport:
+    """The two-sided rule (generator.verify) for a paged answer: the requests' keys gathered out of
+    the cache, each row's answer read as positions from its request's first token."""
+    k_fp8, k_scale, ks, ke = gather_paged(wl.kv_cache, wl.context_lens, wl.block_table, wl.next_n)
+    flat_q = wl.q.reshape(-1, wl.heads, 128)
+    return verify_topk(out, flat_q, (k_fp8, k_scale), wl.weights, ks, ke, wl.top_k, rows=rows, strict=strict)
+
+
+def reference_answer(wl: PagedWorkload) -> torch.Tensor:
+    return reference_paged_mqa_topk(*wl.args())

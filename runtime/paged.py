@@ -1,0 +1,254 @@
+"""Paged decode: each decode row's top-k keys read from the paged indexer cache (SPEC section 7).
+
+    idx = paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k)
+
+q e4m3 [B, next_n, H, 128]; kv_cache uint8 [num_blocks, block_size, 1, 132] in DeepGEMM's paged
+layout (each block's bytes: block_size x 128 fp8 values, then block_size fp32 scales: the [block_size,
+132] shape is a byte count, not a per-token record); weights f32 [B * next_n, H]; context_lens i32 [B];
+block_table i32 [B, max_blocks]. Row b * next_n + j sees the request's tokens [0, context_lens[b] -
+next_n + j + 1); the answer is int32 [B * next_n, top_k] token positions in ascending order, -1 after
+the last. Scores, the correctness rule and the tie-break are the prefill contract's.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import torch
+
+from .arch import arch_for_capability
+from .contract import (
+    DIM,
+    SUPPORTED_HEADS,
+    SUPPORTED_TOP_K,
+    _capturing,
+    _tensor,
+    check_inputs,
+)
+from .fused import AUTO as FUSED_AUTO
+from .fused import run_checked
+from .loader import KernelUnavailable, aligned16, allocate, launch_on, load
+from .paged_variant import (
+    CACHE_BYTES_PER_KEY,
+    SUPPORTED_NEXT_N,
+    PagedVariant,
+    default_paged_variant,
+)
+from .reference import reference_mqa_topk
+
+AUTO = "auto"
+GATHERED = "gathered"  # the fallback: the request's keys gathered out of the cache, then fused_mqa_topk
+REFERENCE = "reference"
+# Each part of a request the kernel scans covers at least this many tokens of the block table's
+# capacity: a part's top-k list is merged by one CTA, so parts much shorter than the list would
+# make the merge, not the scan, the step's cost.
+MIN_PART_KEYS = 8192
+
+
+class PagedProblem(NamedTuple):
+    batch: int
+    next_n: int
+    heads: int
+    top_k: int
+    num_blocks: int
+    block_size: int
+    max_blocks: int
+    device: torch.device
+
+    @property
+    def rows(self) -> int:
+        return self.batch * self.next_n
+
+    @property
+    def capacity(self) -> int:
+        """The most tokens a request's block-table row can hold."""
+        return self.max_blocks * self.block_size
+
+
+def check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, *, check_values: bool = True) -> PagedProblem:
+    """Raises TypeError/ValueError naming the argument that breaks the paged contract; returns the shape.
+    check_values (a readback, skipped while a CUDA graph is captured) also checks 0 <= context_lens[b]
+    <= max_blocks * block_size and that every block a request's context uses is inside the cache."""
+    q = _tensor("q", q, torch.float8_e4m3fn, 4)
+    kv_cache = _tensor("kv_cache", kv_cache, torch.uint8, 4)
+    weights = _tensor("weights", weights, torch.float32, 2)
+    context_lens = _tensor("context_lens", context_lens, torch.int32, 1)
+    block_table = _tensor("block_table", block_table, torch.int32, 2)
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise TypeError(f"top_k: expected an int, got {type(top_k).__name__}")
+    if top_k not in SUPPORTED_TOP_K:
+        raise ValueError(f"top_k: {top_k} is not supported; supported: {SUPPORTED_TOP_K}")
+    batch, next_n, heads, dim = q.shape
+    if dim != DIM:
+        raise ValueError(f"q: last dimension must be {DIM}, got shape {tuple(q.shape)}")
+    if next_n not in SUPPORTED_NEXT_N:
+        raise ValueError(f"q: next_n = {next_n} (dimension 1) is not supported; supported: {SUPPORTED_NEXT_N}")
+    if heads not in SUPPORTED_HEADS:
+        raise ValueError(f"q: {heads} heads is not supported; supported: {SUPPORTED_HEADS}")
+    num_blocks, block_size, one, record = kv_cache.shape
+    if one != 1 or record != CACHE_BYTES_PER_KEY or block_size < 1:
+        raise ValueError(f"kv_cache: expected shape [num_blocks, block_size, 1, {CACHE_BYTES_PER_KEY}], "
+                         f"got {tuple(kv_cache.shape)}")
+    if num_blocks < 1:
+        raise ValueError("kv_cache: holds no blocks")
+    if tuple(weights.shape) != (batch * next_n, heads):
+        raise ValueError(f"weights: expected shape [{batch * next_n}, {heads}] (B * next_n, H), got {tuple(weights.shape)}")
+    if tuple(context_lens.shape) != (batch,):
+        raise ValueError(f"context_lens: expected shape [{batch}] (one per request), got {tuple(context_lens.shape)}")
+    if block_table.shape[0] != batch or block_table.shape[1] < 1:
+        raise ValueError(f"block_table: expected shape [{batch}, max_blocks >= 1], got {tuple(block_table.shape)}")
+    for name, x in (("kv_cache", kv_cache), ("weights", weights), ("context_lens", context_lens),
+                    ("block_table", block_table)):
+        if x.device != q.device:
+            raise ValueError(f"{name}: on {x.device}, but q is on {q.device}; all inputs must share one device")
+    problem = PagedProblem(batch, next_n, heads, top_k, num_blocks, block_size, block_table.shape[1], q.device)
+    if check_values and batch > 0 and not _capturing(q.device):
+        _check_paged_values(problem, context_lens, block_table)
+    return problem
+
+
+def _check_paged_values(problem: PagedProblem, context_lens: torch.Tensor, block_table: torch.Tensor) -> None:
+    lens = context_lens.long()
+    used = torch.arange(problem.max_blocks, device=lens.device) * problem.block_size < lens[:, None]
+    ids = block_table.long()
+    bad_ids = used & ((ids < 0) | (ids >= problem.num_blocks))
+    flags = torch.stack([(lens < 0).any(), (lens > problem.capacity).any(), bad_ids.any()]).tolist()
+    if flags[0]:
+        raise ValueError("context_lens: a length is negative")
+    if flags[1]:
+        raise ValueError(f"context_lens: a context is longer than its block-table row holds "
+                         f"({problem.max_blocks} blocks x {problem.block_size} tokens = {problem.capacity})")
+    if flags[2]:
+        b, slot = (int(i) for i in bad_ids.nonzero()[0])
+        raise ValueError(f"block_table: request {b}'s block {slot} is {int(ids[b, slot])}, outside the cache's "
+                         f"{problem.num_blocks} blocks")
+
+
+def gather_paged(kv_cache, context_lens, block_table, next_n: int):
+    """The requests' keys out of the cache, laid end to end, and the prefill ranges of their rows:
+    (k_fp8 [sum of contexts, 128], k_scale [...], ks, ke [B * next_n]). Reads the lengths back (a
+    synchronisation): the fallback and the reference, not a decode step's path."""
+    num_blocks, block_size = kv_cache.shape[:2]
+    blocks = kv_cache.view(num_blocks, block_size * CACHE_BYTES_PER_KEY)
+    values = blocks[:, : block_size * DIM].view(num_blocks, block_size, DIM)
+    scales = blocks[:, block_size * DIM:].contiguous().view(torch.float32)  # [num_blocks, block_size]
+    lens = context_lens.clamp(0, block_table.shape[1] * block_size).tolist()
+    device = kv_cache.device
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n)
+    positions = torch.cat([torch.arange(n, device=device) for n in lens]) if starts[-1] else \
+        torch.zeros(0, dtype=torch.long, device=device)
+    request = torch.repeat_interleave(torch.arange(len(lens), device=device), torch.tensor(lens, device=device))
+    ids = block_table.long()[request, positions // block_size].clamp(0, num_blocks - 1)
+    within = positions % block_size
+    k_fp8 = values[ids, within].view(torch.float8_e4m3fn).contiguous()
+    k_scale = scales[ids, within].contiguous()
+    start = torch.tensor(starts[:-1], dtype=torch.int32, device=device).repeat_interleave(next_n)
+    length = torch.tensor(lens, dtype=torch.int32, device=device).repeat_interleave(next_n)
+    j = torch.arange(next_n, dtype=torch.int32, device=device).repeat(len(lens))
+    visible = (length - next_n + j + 1).clamp(min=0)
+    return k_fp8, k_scale, start, start + visible
+
+
+def reference_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int) -> torch.Tensor:
+    """The paged contract computed the slow exact way (the tests' oracle), on any device."""
+    problem = check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k)
+    k_fp8, k_scale, ks, ke = gather_paged(kv_cache, context_lens, block_table, problem.next_n)
+    flat_q = q.reshape(problem.rows, problem.heads, DIM)
+    return reference_mqa_topk(flat_q, (k_fp8, k_scale), weights, ks, ke, top_k)
+
+
+def gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int) -> torch.Tensor:
+    """The paged contract by gathering every request's keys (gather_paged) and calling
+    fused_mqa_topk on them: what serves where the paged kernel cannot (and a server's path today)."""
+    next_n, heads = q.shape[1], q.shape[2]
+    k_fp8, k_scale, ks, ke = gather_paged(kv_cache, context_lens, block_table, next_n)
+    flat_q = q.reshape(-1, heads, DIM)
+    if k_fp8.shape[0] == 0:
+        return torch.full((flat_q.shape[0], top_k), -1, dtype=torch.int32, device=q.device)
+    longest = int((ke - ks).max()) if ks.numel() else 0
+    problem = check_inputs(flat_q, (k_fp8, k_scale), weights, ks, ke, top_k, check_values=False,
+                           max_visible_keys=longest)
+    return run_checked(problem, flat_q, k_fp8, k_scale, weights, ks, ke, FUSED_AUTO)
+
+
+def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
+    """The paged kernel for this shape on this device, or None where none serves (no CUDA, not
+    Hopper, a block size the kernel does not take)."""
+    if problem.device.type != "cuda":
+        return None
+    arch = arch_for_capability(*torch.cuda.get_device_capability(problem.device))
+    if arch is None or "wgmma" not in arch.mma_kinds or problem.block_size % 64:
+        return None
+    return default_paged_variant(problem.heads, problem.top_k, problem.next_n, problem.block_size, arch.name)
+
+
+def parts_per_request(batch: int, capacity: int, sms: int) -> int:
+    """How many parts a request's keys are cut into: enough work items to fill the SMs once, each
+    part at least MIN_PART_KEYS tokens of the block table's capacity (a fixed choice from the shapes:
+    the lengths stay on the device)."""
+    return max(1, min(math.ceil(sms / max(batch, 1)), capacity // MIN_PART_KEYS))
+
+
+def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, block_table, top_k: int,
+                 out: torch.Tensor | None = None, parts: int | None = None) -> torch.Tensor:
+    """Runs the paged kernel `variant` on the current stream (into `out` if given); inputs must
+    satisfy the contract's forms. No readback: capturable in a CUDA graph."""
+    batch, next_n, heads = q.shape[:3]
+    if (variant.heads, variant.top_k, variant.next_n, variant.block_size) != (heads, top_k, next_n, kv_cache.shape[1]):
+        raise ValueError(f"{variant.name} serves heads={variant.heads}, top_k={variant.top_k}, next_n={variant.next_n}, "
+                         f"block_size={variant.block_size}; got {heads}, {top_k}, {next_n}, {kv_cache.shape[1]}")
+    rows = batch * next_n
+    if out is None:
+        out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
+    elif tuple(out.shape) != (rows, top_k) or out.dtype != torch.int32 or not out.is_contiguous():
+        raise ValueError(f"out: expected a contiguous int32 [{rows}, {top_k}] tensor")
+    if batch == 0:
+        return out
+    lib = load(variant)
+    if parts is None:
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        parts = parts_per_request(batch, block_table.shape[1] * kv_cache.shape[1], sms)
+    q, kv_cache = aligned16(q), aligned16(kv_cache)
+    context, stream = launch_on(q.device)
+    with context:
+        workspace = allocate(lib.workspace_bytes(batch, parts), q.device, f"{variant.name}'s workspace")
+        lib.launch(q.data_ptr(), kv_cache.data_ptr(), weights.data_ptr(), context_lens.data_ptr(),
+                   block_table.data_ptr(), out.data_ptr(), workspace.data_ptr(), batch, block_table.shape[1],
+                   kv_cache.shape[0], parts, stream)
+    return out
+
+
+_warned: set[str] = set()
+
+
+def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, *,
+                   variant: PagedVariant | str | None = None, validate: bool = True) -> torch.Tensor:
+    """Top-k token positions per decode row, int32 [B * next_n, top_k], ascending, -1 padded.
+
+    Runs the paged kernel (Hopper; one launch, no readback, CUDA-graph capturable) where one serves
+    the shape, else the gathered path (gathered_paged_mqa_topk: reads the lengths back), which gives
+    the same answer; `variant` forces a PagedVariant (or its name), or "gathered" / "reference".
+    validate=False skips the value checks (a readback: turn them off in CUDA graphs); shape and dtype
+    checks always run, and unchecked bad values never fault or hang: lengths are clamped to the
+    block table and block ids into the cache."""
+    problem = check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, check_values=validate)
+    name = AUTO if variant is None else variant if isinstance(variant, str) else variant.name
+    if name == REFERENCE:
+        return reference_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k)
+    if name == GATHERED:
+        return gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k)
+    chosen = paged_variant_for(problem) if name == AUTO else PagedVariant.from_name(name)
+    if chosen is not None:
+        try:
+            return launch_paged(chosen, q, kv_cache, weights, context_lens, block_table, top_k)
+        except KernelUnavailable as e:
+            if name != AUTO:
+                raise
+            if chosen.name not in _warned:
+                _warned.add(chosen.name)
+                warnings.warn(f"{e}; the gathered path serves instead", RuntimeWarning, stacklevel=2)
+    return gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k)

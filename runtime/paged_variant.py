@@ -1,0 +1,117 @@
+"""A paged-decode variant: one point of the paged kernel's parameter space (templates/paged_mqa_topk_wgmma.cu.j2).
+
+Name: paged_topk_wgmma_sm90a_h64_k2048_n2_p64_w8_s4_b4096 = arch, heads, top_k, the query rows a
+request has each step (next_n), cache block size, math warps (4 per warpgroup, 64 keys each a
+tile), K stages, candidate buffer per row. It parses back (PagedVariant.from_name).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from functools import cached_property
+
+from .arch import ARCHS, wgmma_math_registers
+from .variant import RADIX_SCRATCH_BYTES, parse_name
+
+DIM = 128
+SUPPORTED_NEXT_N = (1, 2, 3, 4)
+CACHE_BYTES_PER_KEY = DIM + 4  # 128 fp8 values and one fp32 scale
+
+
+def padded_rows(next_n: int, heads: int) -> int:
+    """The rows the kernel scores a request's next_n rows as: the fewest of 1, 2, 4 (what the lane
+    layout serves) at least next_n whose rows x heads is a multiple of 64 (a wgmma N)."""
+    return min(r for r in (1, 2, 4) if r >= next_n and r * heads % 64 == 0)
+
+
+@dataclass(frozen=True, order=True)
+class PagedVariant:
+    arch: str
+    heads: int
+    top_k: int
+    next_n: int
+    block_size: int
+    warps: int  # math warps (a producer warpgroup is added)
+    stages: int
+    buffer: int
+
+    template = "paged_mqa_topk_wgmma.cu.j2"
+    kernels = ("paged_mqa_topk_kernel",)
+    _PATTERN = re.compile(
+        r"^paged_topk_wgmma_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_n(?P<next_n>\d+)_p(?P<block_size>\d+)"
+        r"_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)$"
+    )
+
+    @cached_property
+    def name(self) -> str:
+        return (f"paged_topk_wgmma_{self.arch}_h{self.heads}_k{self.top_k}_n{self.next_n}_p{self.block_size}"
+                f"_w{self.warps}_s{self.stages}_b{self.buffer}")
+
+    @classmethod
+    def from_name(cls, name: str) -> PagedVariant:
+        return parse_name(cls, cls._PATTERN, name)
+
+    def params(self) -> dict:
+        return asdict(self)
+
+    @property
+    def rows(self) -> int:
+        return padded_rows(self.next_n, self.heads)
+
+    @property
+    def key_tile(self) -> int:
+        return 16 * self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps + 128
+
+    @property
+    def max_smem(self) -> int:
+        return ARCHS[self.arch].max_smem_per_block
+
+    def smem_bytes(self) -> int:
+        """The template's kSmemBytes (it asserts that it fits the arch: a wrong sum here fails the build)."""
+        q_ring = 2 * self.rows * self.heads * DIM
+        k_ring = self.stages * self.key_tile * CACHE_BYTES_PER_KEY
+        candidates = self.next_n * self.buffer * 8
+        state = RADIX_SCRATCH_BYTES + 4 * self.next_n + 4 * 3  # + item per Q stage, merge flag
+        return (q_ring + k_ring + candidates + state + 7) // 8 * 8 + 8 * 2 * (2 + self.stages) + 1024
+
+    def invalid_reason(self) -> str | None:
+        """Why this point cannot be compiled or run, or None."""
+        if self.arch not in ARCHS or "wgmma" not in ARCHS[self.arch].mma_kinds:
+            return f"arch {self.arch} has no wgmma"
+        if self.next_n not in SUPPORTED_NEXT_N:
+            return f"next_n {self.next_n} not in {SUPPORTED_NEXT_N}"
+        if self.heads % 8 or self.rows * self.heads > 256:
+            return f"{self.rows} rows x {self.heads} heads is no wgmma N"
+        if self.block_size % 64:
+            return f"block_size {self.block_size} is not a multiple of 64"
+        if self.warps not in (4, 8):
+            return "one or two math warpgroups"
+        if self.stages < 2:
+            return "the ring needs two stages"
+        if self.buffer < self.top_k + self.key_tile or self.buffer % (32 * self.warps):
+            return f"buffer {self.buffer} must hold top_k + a tile and split evenly over the math threads"
+        if self.smem_bytes() > self.max_smem:
+            return f"{self.smem_bytes()} bytes of shared memory, over {self.max_smem}"
+        # accumulators, weights and the rest (as the streaming prefill kernel's estimate)
+        n = self.rows * self.heads
+        if n // 2 + n // 4 + 40 > wgmma_math_registers(self.threads, 32 * self.warps):
+            return "more registers than setmaxnreg can give the math warps"
+        return None
+
+
+def default_paged_variant(heads: int, top_k: int, next_n: int, block_size: int, arch: str = "sm90a") -> PagedVariant | None:
+    """The untuned choice for a shape: two math warpgroups, the largest buffer (up to four times
+    top_k: fewer compactions, cheaper merges) and then the most stages (up to 4) that fit; one math
+    warpgroup where two cannot hold the accumulators. None where nothing fits."""
+    for warps in (8, 4):
+        for buffer in sorted({b for b in (4 * top_k, 2 * top_k, top_k + 1024, top_k + 512, top_k + 256)}, reverse=True):
+            for stages in (4, 3, 2):
+                v = PagedVariant(arch, heads, top_k, next_n, block_size, warps, stages, buffer)
+                if v.invalid_reason() is None:
+                    return v
+    return None

@@ -1,0 +1,171 @@
+"""Paged decode off the GPU: the contract's checks, the reference against a definition computed
+token by token from the cache's bytes, the checker rejecting wrong answers, the gathered path, and
+the paged kernel's variants (names, the space, a compile whose shared memory matches the Python sum)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+from conftest import requires_nvcc
+
+from generator.paged_workloads import make_paged_workload, reference_answer, verify_paged
+from runtime import paged_mqa_topk, reference_paged_mqa_topk
+from runtime.paged import GATHERED, check_paged_inputs, gather_paged, parts_per_request
+from runtime.paged_variant import SUPPORTED_NEXT_N, PagedVariant, default_paged_variant, padded_rows
+from runtime.scoring import tie_broken_order
+
+
+def _definition(wl) -> torch.Tensor:
+    """Each row's answer from the cache's bytes read token by token (block table, block layout) and
+    fp64 scores: an oracle that shares no code with runtime.paged's gather."""
+    cache = wl.kv_cache.view(wl.kv_cache.shape[0], -1)
+    bs = wl.kv_cache.shape[1]
+    out = torch.full((wl.batch * wl.next_n, wl.top_k), -1, dtype=torch.int32)
+    for b in range(wl.batch):
+        n = int(wl.context_lens[b])
+        keys, scales = [], []
+        for t in range(n):
+            block = int(wl.block_table[b, t // bs])
+            keys.append(cache[block, (t % bs) * 128: (t % bs + 1) * 128].view(torch.float8_e4m3fn).double())
+            scales.append(cache[block, bs * 128 + (t % bs) * 4: bs * 128 + (t % bs + 1) * 4].view(torch.float32).double())
+        for j in range(wl.next_n):
+            row = b * wl.next_n + j
+            visible = max(n - wl.next_n + j + 1, 0)
+            if visible == 0:
+                continue
+            k = torch.stack(keys[:visible])  # [visible, 128]
+            s = torch.cat(scales[:visible])
+            dots = wl.q[b, j].double() @ k.T  # [H, visible]
+            score = s * (wl.weights[row].double()[:, None] * dots.clamp(min=0)).sum(0)
+            order = tie_broken_order(score.float()[None])[0]  # (fp32 score, then position: the contract's order)
+            chosen = order.topk(min(wl.top_k, visible)).indices
+            out[row, : chosen.numel()] = chosen.sort().values.int()
+    return out
+
+
+@pytest.mark.parametrize(("contexts", "next_n", "heads", "shared"), [
+    ([700, 1500, 0, 3, 2000], 2, 32, 0),
+    ([1, 2, 600], 4, 64, 0),
+    ([900, 1300, 1100], 1, 32, 8),  # prefix caching: requests 1 and 2 read request 0's first 8 blocks
+    ([515, 64, 128], 3, 64, 1),
+])
+def test_reference_matches_the_definition_token_by_token(contexts, next_n, heads, shared):
+    wl = make_paged_workload("random", contexts, next_n, heads, 512, seed=7, shared_prefix=shared)
+    ref = reference_answer(wl)
+    expected = _definition(wl)
+    assert ref.shape == (len(contexts) * next_n, 512)
+    # Random data has no ties at this size: the sets, and so the ordered answers, are equal.
+    assert torch.equal(ref, expected)
+    assert verify_paged(ref, wl, strict=True).ok
+
+
+def test_rows_see_their_prefix_and_pad_with_minus_one():
+    wl = make_paged_workload("random", [3, 0, 513], 2, 32, 512, seed=1)
+    ref = reference_answer(wl)
+    valid = (ref >= 0).sum(1).tolist()
+    assert valid == [2, 3, 0, 0, 512, 512]
+    assert ref[0, :2].tolist() == [0, 1] and ref[1, :3].tolist() == [0, 1, 2]
+
+
+def test_the_checker_rejects_wrong_paged_answers():
+    wl = make_paged_workload("random", [1500, 2000], 2, 32, 512, seed=2)
+    ref = reference_answer(wl)
+    assert verify_paged(ref, wl).ok
+    k_fp8, k_scale, ks, ke = gather_paged(wl.kv_cache, wl.context_lens, wl.block_table, wl.next_n)
+    from runtime.reference import reference_scores
+
+    scores = reference_scores(wl.q.reshape(-1, 32, 128), k_fp8, k_scale, wl.weights, slice(2, 3), 0, k_fp8.shape[0])
+    row_scores = scores[0, int(ks[2]): int(ke[2])]
+    ranked = tie_broken_order(row_scores[None])[0].argsort(descending=True)
+    best, outside = int(ranked[0]), int(ranked[512])
+    dropped = ref.clone()
+    dropped[2][dropped[2] == best] = outside  # the best key swapped for the first one left out
+    assert not verify_paged(dropped, wl).ok
+    shifted = ref.clone()
+    shifted[3] = (shifted[3] + 1) % int(wl.context_lens[1])  # positions off by one
+    assert not verify_paged(shifted, wl).ok
+    beyond = ref.clone()
+    beyond[0, 0] = int(wl.context_lens[0]) - 1  # row 0 does not see the request's last token
+    assert not verify_paged(beyond, wl).ok
+
+
+def test_the_gathered_path_gives_the_reference_answer():
+    wl = make_paged_workload("large_offset", [800, 1700, 40], 2, 64, 512, seed=4, shared_prefix=2)
+    assert torch.equal(paged_mqa_topk(*wl.args(), variant=GATHERED), reference_answer(wl))
+    assert torch.equal(paged_mqa_topk(*wl.args()), reference_answer(wl))  # (no GPU: AUTO gathers)
+
+
+def _args():
+    wl = make_paged_workload("random", [100, 200], 2, 32, 512, seed=0)
+    return list(wl.args())
+
+
+@pytest.mark.parametrize(("index", "bad", "message"), [
+    (0, lambda a: a[0].float(), "q: expected dtype"),
+    (0, lambda a: a[0].reshape(2, 2, 32 * 128), "q: expected 4 dimensions"),
+    (0, lambda a: torch.zeros(2, 5, 32, 128, dtype=torch.float8_e4m3fn), "q: next_n = 5"),
+    (0, lambda a: torch.zeros(2, 2, 16, 128, dtype=torch.float8_e4m3fn), "q: 16 heads"),
+    (1, lambda a: a[1].view(torch.int8), "kv_cache: expected dtype"),
+    (1, lambda a: a[1].view(a[1].shape[0], 32, 2, 132), "kv_cache: expected shape"),
+    (2, lambda a: a[2][:3], "weights: expected shape"),
+    (3, lambda a: a[3].long(), "context_lens: expected dtype"),
+    (3, lambda a: a[3][:1], "context_lens: expected shape"),
+    (3, lambda a: torch.tensor([100, -1], dtype=torch.int32), "context_lens: a length is negative"),
+    (3, lambda a: torch.tensor([100, 10_000], dtype=torch.int32), "context_lens: a context is longer"),
+    (4, lambda a: a[4][:, :1].contiguous(), "context_lens: a context is longer"),
+    (4, lambda a: a[4].t(), "block_table: must be contiguous"),
+    (4, lambda a: torch.where(a[4] >= 0, a[4] + 1000, a[4]), "block_table: request 0's block 0"),
+    (5, lambda a: 300, "top_k: 300"),
+    (5, lambda a: 512.0, "top_k: expected an int"),
+])
+def test_bad_input_is_named(index, bad, message):
+    args = _args()
+    args[index] = bad(args)
+    with pytest.raises((TypeError, ValueError), match=message):
+        paged_mqa_topk(*args)
+
+
+def test_unvalidated_values_are_not_checked_but_forms_are():
+    args = _args()
+    args[4] = torch.full_like(args[4], 10**6)  # every block id outside the cache
+    check_paged_inputs(*args, check_values=False)  # values unread
+    args[2] = args[2][:1]
+    with pytest.raises(ValueError, match="weights"):
+        check_paged_inputs(*args, check_values=False)
+
+
+def test_variant_names_parse_back_and_every_supported_shape_has_a_default():
+    for heads in (32, 64):
+        for top_k in (512, 1024, 2048):
+            for next_n in SUPPORTED_NEXT_N:
+                v = default_paged_variant(heads, top_k, next_n, 64)
+                assert v is not None and v.invalid_reason() is None, (heads, top_k, next_n)
+                assert PagedVariant.from_name(v.name) == v
+                assert v.rows >= next_n and v.rows * heads % 64 == 0
+    assert padded_rows(1, 32) == 2 and padded_rows(3, 32) == 4 and padded_rows(1, 64) == 1
+    assert PagedVariant("sm90a", 64, 2048, 4, 64, 8, 4, 8192).invalid_reason().endswith("over 232448")  # shared memory
+    assert "block_size" in PagedVariant("sm90a", 64, 512, 1, 32, 8, 4, 2048).invalid_reason()
+    assert "wgmma" in PagedVariant("sm89", 64, 512, 1, 64, 8, 4, 2048).invalid_reason()
+
+
+def test_parts_fill_the_gpu_only_where_the_table_holds_long_contexts():
+    assert parts_per_request(1, 1 << 20, 132) == 128  # capped by 8K-token parts
+    assert parts_per_request(1, 8192, 132) == 1
+    assert parts_per_request(256, 1 << 20, 132) == 1
+    assert parts_per_request(16, 1 << 17, 132) == 9
+
+
+@requires_nvcc
+def test_a_paged_build_reports_the_shared_memory_python_sums(tmp_path):
+    from runtime.build import build, resource_report
+
+    variants = [default_paged_variant(64, 2048, 4, 64), default_paged_variant(32, 512, 1, 64)]
+    for built in build(variants, root=tmp_path):
+        lib = ctypes.CDLL(str(built.library))
+        assert lib.paged_topk_smem_bytes() == built.variant.smem_bytes(), built.variant.name
+        lib.paged_topk_variant_name.restype = ctypes.c_char_p
+        assert lib.paged_topk_variant_name() == built.variant.name.encode()
+        report = resource_report(built, "paged_mqa_topk_kernel")
+        assert report.clean, (built.variant.name, report)
