@@ -119,6 +119,12 @@ def cmd_bench(args) -> int:
     return main(args)
 
 
+def cmd_decode(args) -> int:
+    from .paged_bench import main
+
+    return main(args)
+
+
 def cmd_tune(args) -> int:
     from .tune import main
 
@@ -194,6 +200,13 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="GPU: _scaled_mm rate, dense logits and top-k, fused variants, timed in one run")
     bench_arguments(p)
     p.set_defaults(fn=cmd_bench)
+
+    from .paged_bench import add_arguments as decode_arguments
+
+    p = sub.add_parser("decode", help="GPU: paged decode steps (runtime.paged_mqa_topk) timed eager and graph-replayed "
+                                      "against the HBM floor of the same run")
+    decode_arguments(p)
+    p.set_defaults(fn=cmd_decode)
 
     p = sub.add_parser("tune", help="GPU: tune variants per shape bucket with optuna; write <GPU>.json to the user table directory (FUSED_MQA_TOPK_TABLES)")
     add_arguments(p)

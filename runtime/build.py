@@ -23,7 +23,7 @@ from pathlib import Path
 from . import toolchain
 from .arch import ARCHS, BASE_NVCC_FLAGS
 from .dense_variant import DenseVariant
-from .kernel_code import code_digest
+from .kernel_code import code_digest_of
 from .library_cache import (
     cache_dir,
     file_sha256,
@@ -114,9 +114,8 @@ def _record(root: Path, plans: list[BuildPlan], nvcc: str) -> None:
     """Adds the plans' libraries to the manifest (under the build lock): what find_library serves
     them by, and the bytes it checks them against."""
     libraries = read_manifest(root)
-    code = code_digest()
     for p in plans:
-        libraries[p.library.name] = {"variant": p.variant.name, "arch": p.variant.arch, "code": code,
+        libraries[p.library.name] = {"variant": p.variant.name, "arch": p.variant.arch, "code": code_digest_of(p.variant),
                                      "flags": list(p.flags),
                                      "source_sha256": hashlib.sha256(p.source_text.encode()).hexdigest(),
                                      "library_sha256": file_sha256(p.library), "nvcc": nvcc}

@@ -22,7 +22,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from .kernel_code import code_digest
+from .kernel_code import code_digest_of
 from . import toolchain
 
 CACHE_ENV = "FUSED_MQA_TOPK_CACHE"
@@ -81,7 +81,7 @@ def trusted(path: Path, record: dict, nvcc: str | None) -> bool:
 def find_library(variant) -> Path | None:
     """The library of `variant` built from this kernel code, in the cache or the prebuilt directory,
     found by the manifests alone (no rendering); None where neither records one."""
-    code, nvcc = code_digest(), toolchain.nvcc_version_or_none()
+    code, nvcc = code_digest_of(variant), toolchain.nvcc_version_or_none()
     for root in (cache_dir(), prebuilt_dir()):
         if root is None:
             continue

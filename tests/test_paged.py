@@ -10,10 +10,19 @@ import pytest
 import torch
 from conftest import requires_nvcc
 
-from generator.paged_workloads import make_paged_workload, reference_answer, verify_paged
-from runtime import paged_mqa_topk, reference_paged_mqa_topk
+from generator.paged_workloads import (
+    make_paged_workload,
+    reference_answer,
+    verify_paged,
+)
+from runtime import paged_mqa_topk
 from runtime.paged import GATHERED, check_paged_inputs, gather_paged, parts_per_request
-from runtime.paged_variant import SUPPORTED_NEXT_N, PagedVariant, default_paged_variant, padded_rows
+from runtime.paged_variant import (
+    SUPPORTED_NEXT_N,
+    PagedVariant,
+    default_paged_variant,
+    padded_rows,
+)
 from runtime.scoring import tie_broken_order
 
 
@@ -169,3 +178,36 @@ def test_a_paged_build_reports_the_shared_memory_python_sums(tmp_path):
         assert lib.paged_topk_variant_name() == built.variant.name.encode()
         report = resource_report(built, "paged_mqa_topk_kernel")
         assert report.clean, (built.variant.name, report)
+
+
+def test_the_decode_kernel_and_the_prefill_kernels_are_digested_apart(tmp_path, monkeypatch):
+    """A changed decode template leaves the prefill table and its prebuilt libraries current (and the
+    other way round); a changed shared header moves both."""
+    import shutil
+
+    from runtime import kernel_code
+    from runtime.data import data_dir
+
+    shutil.copytree(data_dir("templates"), tmp_path / "templates")
+    monkeypatch.setattr(kernel_code, "data_dir", lambda name: tmp_path / name)
+
+    def digests():
+        kernel_code.code_digest.cache_clear()
+        kernel_code.paged_code_digest.cache_clear()
+        return kernel_code.code_digest(), kernel_code.paged_code_digest()
+
+    try:
+        prefill, paged = digests()
+        (tmp_path / "templates" / PagedVariant.template).write_text("// another decode kernel\n")
+        assert digests() == (prefill, digests()[1]) and digests()[1] != paged
+        paged = digests()[1]
+        (tmp_path / "templates" / "fused_mqa_topk_wgmma.cu.j2").write_text("// another prefill kernel\n")
+        assert digests()[1] == paged and digests()[0] != prefill
+        prefill = digests()[0]
+        (tmp_path / "templates" / "common" / "primitives.cuh").write_text("// another header\n")
+        new_prefill, new_paged = digests()
+        assert new_prefill != prefill and new_paged != paged
+    finally:
+        monkeypatch.undo()
+        digests()
+    assert kernel_code.code_digest_of(default_paged_variant(32, 512, 1, 64)) == kernel_code.paged_code_digest()

@@ -1,0 +1,150 @@
+"""Timing paged decode steps on the GPU: the paged kernel eager and replayed in a CUDA graph, the
+gathered path where it fits, against the HBM floor of the same run.
+
+The floor of a step is the cache bytes it must read (132 a token, once per request) over the
+device's copy rate measured in the same run (bytes moved a second, read + write, by a large
+device-to-device copy): SPEC.md section 5.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import sys
+
+import torch
+
+from runtime.loader import load
+from runtime.paged import (
+    PagedProblem,
+    gathered_paged_mqa_topk,
+    paged_mqa_topk,
+    paged_variant_for,
+    parts_per_request,
+)
+from runtime.paged_variant import CACHE_BYTES_PER_KEY
+
+from .timing import median_ms
+
+BATCHES = (1, 4, 16, 64, 256)
+CONTEXTS = (8192, 32768, 131072, 524288, 1 << 20)
+NEXT_N = (1, 2, 4)
+HEADS = (32, 64)
+TOP_K = (512, 2048)
+GATHER_LIMIT_BYTES = 8 << 30  # the gathered path copies the step's keys: timed only up to this
+
+
+def copy_rate(nbytes: int = 2 << 30) -> float:
+    """Bytes moved a second (read + write) by a device-to-device copy of nbytes."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), warmup=3, reps=20, hide_launch=True)
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def random_step(batch: int, context: int, next_n: int, heads: int, top_k: int, block_size: int = 64, seed: int = 0):
+    """A decode step of `batch` requests of `context` tokens on random data, made on the GPU: every
+    request's blocks distinct and shuffled over the cache; positive weights."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    blocks = -(-context // block_size)
+    num_blocks = batch * blocks
+    cache = torch.empty(num_blocks, block_size * CACHE_BYTES_PER_KEY, dtype=torch.uint8, device="cuda")
+    for lo in range(0, num_blocks, 4096):  # in slices: the fp32 randn of a whole cache would not fit
+        hi = min(lo + 4096, num_blocks)
+        values = torch.randn(hi - lo, block_size * 128, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        cache[lo:hi, : block_size * 128] = values.view(torch.uint8)
+        scales = torch.rand(hi - lo, block_size, generator=gen, device="cuda") + 0.5
+        cache[lo:hi, block_size * 128:] = scales.view(torch.uint8)
+    table = torch.randperm(num_blocks, generator=gen, device="cuda").to(torch.int32).view(batch, blocks)
+    q = torch.randn(batch, next_n, heads, 128, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    weights = torch.rand(batch * next_n, heads, generator=gen, device="cuda")
+    lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    return (q, cache.view(num_blocks, block_size, 1, CACHE_BYTES_PER_KEY), weights, lens, table, top_k)
+
+
+def graph_replay_ms(fn) -> float:
+    """fn() captured once in a CUDA graph, then the median of its replays (the launch hidden)."""
+    fn()  # loads the library and warms the allocator outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return median_ms(graph.replay, warmup=3, reps=20, hide_launch=True)
+
+
+def time_step(args, rate: float, gathered: bool = True) -> dict:
+    q, cache, _weights, lens, table, top_k = args
+    batch, next_n, heads = q.shape[:3]
+    context = int(lens[0])
+    problem = PagedProblem(batch, next_n, heads, top_k, cache.shape[0], cache.shape[1], table.shape[1], q.device)
+    variant = paged_variant_for(problem)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    parts = parts_per_request(batch, table.shape[1] * cache.shape[1], sms)
+    step_bytes = batch * context * CACHE_BYTES_PER_KEY
+    floor_ms = step_bytes / rate * 1e3
+    call = lambda: paged_mqa_topk(*args, validate=False)
+    eager = median_ms(call, warmup=3, reps=20)
+    replay = graph_replay_ms(call)
+    row = {"batch": batch, "context": context, "next_n": next_n, "heads": heads, "top_k": top_k,
+           "variant": variant.name if variant else None, "parts": parts, "step_mib": step_bytes / 2**20,
+           "workspace_mib": load(variant).workspace_bytes(batch, parts) / 2**20 if variant else 0.0,
+           "floor_ms": floor_ms, "eager_ms": eager, "graph_ms": replay, "share_of_floor": floor_ms / replay}
+    if gathered and 2 * step_bytes <= GATHER_LIMIT_BYTES:
+        row["gathered_ms"] = median_ms(lambda: gathered_paged_mqa_topk(*args), warmup=2, reps=10)
+    return row
+
+
+def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_ks=TOP_K, out=sys.stdout,
+          gathered: bool = True, memory_limit: int = 48 << 30) -> list[dict]:
+    """Every point of the grid whose cache fits memory_limit, one json line each, and the copy rate first."""
+    rate = copy_rate()
+    print(json.dumps({"copy_rate_bytes_per_s": rate, "gpu": torch.cuda.get_device_name()}), file=out, flush=True)
+    rows = []
+    for batch, context in itertools.product(batches, contexts):
+        if batch * context * CACHE_BYTES_PER_KEY > memory_limit:
+            continue
+        for h, next_n in itertools.product(heads, next_ns):
+            args = random_step(batch, context, next_n, h, top_ks[0])
+            for top_k in top_ks:
+                row = time_step((*args[:5], top_k), rate, gathered)
+                rows.append(row)
+                print(json.dumps(row), file=out, flush=True)
+            del args
+            torch.cuda.empty_cache()
+    return rows
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--batch", type=int, action="append", help=f"requests a step (default {BATCHES})")
+    p.add_argument("--context", type=int, action="append", help=f"tokens a request (default {CONTEXTS})")
+    p.add_argument("--next-n", dest="next_n", type=int, action="append", help=f"rows a request (default {NEXT_N})")
+    p.add_argument("--heads", type=int, action="append", choices=HEADS)
+    p.add_argument("--top-k", dest="top_k", type=int, action="append", choices=TOP_K + (1024,))
+    p.add_argument("--no-gathered", dest="gathered", action="store_false", help="do not time the gathered path")
+    p.add_argument("--log", help="write the JSON lines here (default: stdout)")
+
+
+def main(args) -> int:
+    if not torch.cuda.is_available():
+        print("decode: needs a CUDA GPU (none here); the paged contract's CPU tests are tests/test_paged.py",
+              file=sys.stderr)
+        return 2
+    out = open(args.log, "w") if args.log else sys.stdout  # noqa: SIM115 -- closed below, or stdout
+    try:
+        rows = sweep(args.batch or BATCHES, args.context or CONTEXTS, args.next_n or NEXT_N, args.heads or HEADS,
+                     args.top_k or TOP_K, out=out, gathered=args.gathered)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    big = [r for r in rows if r["step_mib"] >= 64]
+    print(f"{len(rows)} steps; graph-replayed share of the HBM floor where a step reads >= 64 MiB: "
+          f"worst {min((r['share_of_floor'] for r in big), default=float('nan')):.2f}, "
+          f"geometric mean {geomean(r['share_of_floor'] for r in big):.2f}", file=sys.stderr)
+    return 0

@@ -1,0 +1,125 @@
+"""The paged decode kernel on the GPU against the reference: every family laid out in pages (shuffled
+block tables, contexts off the block size, shorter than top_k, empty, shared prefix blocks), every
+next_n, one part and several (the merge), poisoned outputs, the same bytes whatever the split, CUDA
+graphs with lengths changed between replays, and unvalidated bad values that must not fault.
+Skipped, with the reason, where there is no Hopper GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import GPU_SKIP
+
+from generator.paged_workloads import (
+    make_paged_workload,
+    reference_answer,
+    verify_paged,
+)
+from generator.workloads import FAMILIES
+from runtime import paged_mqa_topk
+from runtime.paged import check_paged_inputs, launch_paged, paged_variant_for
+from runtime.paged_variant import SUPPORTED_NEXT_N, default_paged_variant
+
+
+def _hopper_skip() -> str | None:
+    if GPU_SKIP:
+        return GPU_SKIP
+    if torch.cuda.get_device_capability() != (9, 0):
+        return f"{torch.cuda.get_device_name()} is not sm_90: the paged kernel is Hopper's (others gather)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_hopper_skip() is not None, reason=_hopper_skip() or "")
+
+POISON = -7
+SHAPES = [(h, k, n) for h in (32, 64) for k in (512, 1024, 2048) for n in SUPPORTED_NEXT_N]
+# Off the block size, shorter than every top_k, empty, shorter than next_n, and several tiles.
+CONTEXTS = [5000, 130, 0, 3, 2049, 9000, 64, 700]
+
+
+def run(variant, wl, parts=None) -> torch.Tensor:
+    out = torch.full((wl.batch * wl.next_n, wl.top_k), POISON, dtype=torch.int32, device="cuda")
+    launch_paged(variant, *wl.args(), out=out, parts=parts)
+    torch.cuda.synchronize()
+    assert not (out == POISON).any(), "elements left unwritten"
+    return out
+
+
+@pytest.mark.parametrize(("heads", "top_k", "next_n"), SHAPES, ids=lambda x: str(x))
+@pytest.mark.parametrize("parts", [1, 3])
+def test_paged_kernel_matches_the_reference(heads, top_k, next_n, parts):
+    wl = make_paged_workload("random", CONTEXTS, next_n, heads, top_k, seed=11, device="cuda", shared_prefix=2)
+    out = run(default_paged_variant(heads, top_k, next_n, 64), wl, parts)
+    report = verify_paged(out, wl)
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(("heads", "top_k", "next_n"), [(64, 2048, 2), (32, 512, 4), (64, 1024, 1), (32, 2048, 3)],
+                         ids=lambda x: str(x))
+def test_paged_kernel_on_every_family(family, heads, top_k, next_n):
+    wl = make_paged_workload(family, [9000, 4100, 300, 12000], next_n, heads, top_k, seed=5, device="cuda")
+    variant = default_paged_variant(heads, top_k, next_n, 64)
+    for parts in (1, 4):
+        report = verify_paged(run(variant, wl, parts), wl)
+        assert report.ok, f"parts={parts}: {report.summary()}"
+
+
+@pytest.mark.parametrize(("heads", "top_k", "next_n"), [(64, 2048, 1), (32, 512, 2), (64, 512, 4)], ids=lambda x: str(x))
+def test_the_split_never_changes_the_bytes(heads, top_k, next_n):
+    """Each part's list is its exact top k in the contract's order, so any split merges to the same
+    answer: one part, several, many more than the SMs (parts of one tile, empty parts)."""
+    wl = make_paged_workload("boundary_ties", [30000, 17, 4096, 20000], next_n, heads, top_k, seed=3, device="cuda")
+    variant = default_paged_variant(heads, top_k, next_n, 64)
+    answers = [run(variant, wl, parts) for parts in (1, 2, 5, 64, 300)]
+    for a in answers[1:]:
+        assert torch.equal(a, answers[0])
+    assert torch.equal(run(variant, wl, 5), answers[0])  # and every repeat
+    assert verify_paged(answers[0], wl).ok
+
+
+def test_a_long_context_fills_the_gpu_and_stays_exact():
+    wl = make_paged_workload("random", [300_000], 2, 64, 2048, seed=9, device="cuda", table_slack=16)
+    variant = default_paged_variant(64, 2048, 2, 64)
+    out = run(variant, wl)  # the default split: many parts
+    assert torch.equal(out, reference_answer(wl))
+
+
+def test_auto_serves_the_paged_kernel_and_equals_the_reference():
+    wl = make_paged_workload("signed_weights", [2500, 7000, 0], 2, 32, 1024, seed=2, device="cuda")
+    problem_variant = paged_variant_for(check_paged_inputs(*wl.args()))
+    assert problem_variant is not None
+    out = paged_mqa_topk(*wl.args())
+    assert verify_paged(out, wl).ok
+    assert torch.equal(out, run(problem_variant, wl))
+
+
+def test_a_captured_step_replays_with_new_lengths_and_queries():
+    """Shapes fixed, lengths on the device: a step captured once answers every later step's data."""
+    wl = make_paged_workload("random", [6000, 3000, 9000], 2, 64, 512, seed=4, device="cuda", table_slack=4)
+    q, cache, weights, lens, table, top_k = (x.clone() if isinstance(x, torch.Tensor) else x for x in wl.args())
+    paged_mqa_topk(q, cache, weights, lens, table, top_k, validate=False)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = paged_mqa_topk(q, cache, weights, lens, table, top_k, validate=False)
+    for step, new_lens in enumerate(([6001, 3001, 9001], [100, 0, 8000], [6000, 3000, 9000])):
+        lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        q.copy_(torch.roll(wl.q, step, dims=0))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = paged_mqa_topk(q, cache, weights, lens, table, top_k)
+        assert torch.equal(out, eager), f"step {step}"
+        assert torch.equal(eager, paged_mqa_topk(q, cache, weights, lens, table, top_k, variant="reference"))
+
+
+def test_unvalidated_bad_values_do_not_fault_and_the_next_call_is_right():
+    wl = make_paged_workload("random", [3000, 5000], 1, 32, 512, seed=8, device="cuda")
+    q, cache, weights, lens, table, top_k = wl.args()
+    wild_table = torch.randint(-10**9, 10**9, table.shape, dtype=torch.int32, device="cuda")
+    too_long = torch.tensor([10**9, -5], dtype=torch.int32, device="cuda")
+    for args in ((q, cache, weights, lens, wild_table, top_k), (q, cache, weights, too_long, table, top_k)):
+        out = paged_mqa_topk(*args, validate=False)
+        torch.cuda.synchronize()
+        assert out.shape == (2, 512)
+    assert verify_paged(paged_mqa_topk(*wl.args()), wl).ok
