@@ -32,7 +32,7 @@ class PagedVariant:
     top_k: int
     next_n: int
     block_size: int
-    warps: int  # math warps (a producer warpgroup is added)
+    warps: int  # math warps, 4 per warpgroup (a producer warpgroup is added)
     stages: int
     buffer: int
 
@@ -89,12 +89,13 @@ class PagedVariant:
             return f"{self.rows} rows x {self.heads} heads is no wgmma N"
         if self.block_size % 64:
             return f"block_size {self.block_size} is not a multiple of 64"
-        if self.warps not in (4, 8):
-            return "one or two math warpgroups"
+        if self.warps not in (4, 8, 12, 16):
+            return "one to four math warpgroups"
         if self.stages < 2:
             return "the ring needs two stages"
-        if self.buffer < self.top_k + self.key_tile or self.buffer % (32 * self.warps):
-            return f"buffer {self.buffer} must hold top_k + a tile and split evenly over the math threads"
+        if self.buffer < self.top_k + self.key_tile or self.buffer % (32 * self.warps) or self.top_k % (32 * self.warps):
+            return (f"buffer {self.buffer} must hold top_k + a tile, and it and top_k {self.top_k} split evenly over "
+                    f"the {32 * self.warps} math threads")
         if self.smem_bytes() > self.max_smem:
             return f"{self.smem_bytes()} bytes of shared memory, over {self.max_smem}"
         # accumulators, weights and the rest (as the streaming prefill kernel's estimate)
@@ -105,13 +106,13 @@ class PagedVariant:
 
 
 def default_paged_variant(heads: int, top_k: int, next_n: int, block_size: int, arch: str = "sm90a") -> PagedVariant | None:
-    """The untuned choice for a shape: two math warpgroups, the largest buffer (up to four times
-    top_k: fewer compactions, cheaper merges) and then the most stages (up to 4) that fit; one math
-    warpgroup where two cannot hold the accumulators. None where nothing fits."""
-    for warps in (8, 4):
-        for buffer in sorted({b for b in (4 * top_k, 2 * top_k, top_k + 1024, top_k + 512, top_k + 256)}, reverse=True):
-            for stages in (4, 3, 2):
-                v = PagedVariant(arch, heads, top_k, next_n, block_size, warps, stages, buffer)
-                if v.invalid_reason() is None:
-                    return v
-    return None
+    """The untuned choice for a shape, the valid point that ranks first by: a buffer of up to twice
+    top_k (a smaller one compacts every few tiles), at least three stages, the most math warpgroups
+    (a decode tile is a small product: more warpgroups in flight hide more of each one's latency), a
+    larger buffer still (up to four times top_k: cheaper merges), more stages. None where nothing fits."""
+    points = [PagedVariant(arch, heads, top_k, next_n, block_size, warps, stages, buffer)
+              for warps in (16, 12, 8, 4) for stages in (4, 3, 2)
+              for buffer in (4 * top_k, 2 * top_k, top_k + 1024, top_k + 512, top_k + 256)]
+    valid = [v for v in points if v.invalid_reason() is None]
+    rank = lambda v: (min(v.buffer, 2 * top_k), min(v.stages, 3), v.warps, v.buffer, v.stages)  # noqa: E731
+    return max(valid, key=rank, default=None)

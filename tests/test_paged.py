@@ -163,7 +163,8 @@ def test_parts_fill_the_gpu_only_where_the_table_holds_long_contexts():
     assert parts_per_request(1, 1 << 20, 132) == 128  # capped by 8K-token parts
     assert parts_per_request(1, 8192, 132) == 1
     assert parts_per_request(256, 1 << 20, 132) == 1
-    assert parts_per_request(16, 1 << 17, 132) == 9
+    assert parts_per_request(16, 1 << 17, 132) == 8  # 128 items: one wave (9 parts would take two)
+    assert parts_per_request(64, 1 << 17, 132) == 2
 
 
 @requires_nvcc
