@@ -189,11 +189,13 @@ def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
 def parts_per_request(batch: int, capacity: int, sms: int) -> int:
     """How many parts a request's keys are cut into (a fixed choice from the shapes: the lengths stay on
     the device). Parts of equal requests take equal time, so a launch lasts ceil(batch x parts / sms)
-    parts' times: the fewest parts that minimise that, each at least MIN_PART_KEYS tokens of the block
+    parts' times: the fewest parts that come within 10% of its minimum, each at least MIN_PART_KEYS tokens of the block
     table's capacity (a part's list is merged by one CTA: many short parts would make the merge, not
     the scan, the step's cost)."""
     most = max(1, min(capacity // MIN_PART_KEYS, 4 * sms))
-    return min(range(1, most + 1), key=lambda p: (math.ceil(batch * p / sms) / p, p))
+    span = {p: math.ceil(batch * p / sms) / p for p in range(1, most + 1)}  # in a whole request's scans
+    best = min(span.values())
+    return min(p for p, s in span.items() if s <= 1.1 * best)  # (fewer parts where more gain under 10%)
 
 
 def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, block_table, top_k: int,
