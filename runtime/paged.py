@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from functools import lru_cache
 from typing import NamedTuple
 
 import torch
 
-from .arch import arch_for_capability
+from .arch import Arch, arch_for_capability
 from .contract import (
     DIM,
     SUPPORTED_HEADS,
@@ -178,14 +179,22 @@ def gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top
 def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
     """The paged kernel for this shape on this device, or None where none serves (no CUDA, not
     Hopper, a block size the kernel does not take)."""
-    if problem.device.type != "cuda":
+    if problem.device.type != "cuda" or problem.block_size % 64:
         return None
-    arch = arch_for_capability(*torch.cuda.get_device_capability(problem.device))
-    if arch is None or "wgmma" not in arch.mma_kinds or problem.block_size % 64:
+    arch, _ = _device_facts(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
+    if arch is None or "wgmma" not in arch.mma_kinds:
         return None
     return default_paged_variant(problem.heads, problem.top_k, problem.next_n, problem.block_size, arch.name)
 
 
+@lru_cache(maxsize=64)
+def _device_facts(index: int) -> tuple[Arch | None, int]:
+    """(the arch its kernels are built for, its SM count) of CUDA device `index`, asked once."""
+    major, minor = torch.cuda.get_device_capability(index)
+    return arch_for_capability(major, minor), torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@lru_cache(maxsize=1024)
 def parts_per_request(batch: int, capacity: int, sms: int) -> int:
     """How many parts a request's keys are cut into (a fixed choice from the shapes: the lengths stay on
     the device). Parts of equal requests take equal time, so a launch lasts ceil(batch x parts / sms)
@@ -215,7 +224,7 @@ def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, bloc
         return out
     lib = load(variant)
     if parts is None:
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        sms = _device_facts(q.device.index if q.device.index is not None else torch.cuda.current_device())[1]
         parts = parts_per_request(batch, block_table.shape[1] * kv_cache.shape[1], sms)
     q, kv_cache = aligned16(q), aligned16(kv_cache)
     context, stream = launch_on(q.device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from .arch import ARCHS, wgmma_math_registers
 from .variant import RADIX_SCRATCH_BYTES, parse_name
@@ -98,21 +98,22 @@ class PagedVariant:
                     f"the {32 * self.warps} math threads")
         if self.smem_bytes() > self.max_smem:
             return f"{self.smem_bytes()} bytes of shared memory, over {self.max_smem}"
-        # accumulators, weights and the rest (as the streaming prefill kernel's estimate)
-        n = self.rows * self.heads
-        if n // 2 + n // 4 + 40 > wgmma_math_registers(self.threads, 32 * self.warps):
+        # one group's 32 accumulators, every column's weights, the rest (the template's kGroups)
+        if 32 + self.rows * self.heads // 4 + 40 > wgmma_math_registers(self.threads, 32 * self.warps):
             return "more registers than setmaxnreg can give the math warps"
         return None
 
 
+@lru_cache(maxsize=None)  # (asked on every call of paged_mqa_topk)
 def default_paged_variant(heads: int, top_k: int, next_n: int, block_size: int, arch: str = "sm90a") -> PagedVariant | None:
-    """The untuned choice for a shape, the valid point that ranks first by: a buffer of up to twice
-    top_k (a smaller one compacts every few tiles), at least three stages, the most math warpgroups
-    (a decode tile is a small product: more warpgroups in flight hide more of each one's latency), a
-    larger buffer still (up to four times top_k: cheaper merges), more stages. None where nothing fits."""
+    """The untuned choice for a shape, the valid point that ranks first by: a buffer of at least
+    top_k + 1024 (a smaller one compacts every few tiles), at least three stages, the most math
+    warpgroups (a decode tile is a small product: more warpgroups in flight hide more of each one's
+    latency), a larger buffer still (up to four times top_k: fewer compactions, cheaper merges), more
+    stages. None where nothing fits."""
     points = [PagedVariant(arch, heads, top_k, next_n, block_size, warps, stages, buffer)
               for warps in (16, 12, 8, 4) for stages in (4, 3, 2)
               for buffer in (4 * top_k, 2 * top_k, top_k + 1024, top_k + 512, top_k + 256)]
     valid = [v for v in points if v.invalid_reason() is None]
-    rank = lambda v: (min(v.buffer, 2 * top_k), min(v.stages, 3), v.warps, v.buffer, v.stages)  # noqa: E731
+    rank = lambda v: (min(v.buffer, top_k + 1024), min(v.stages, 3), v.warps, v.buffer, v.stages)  # noqa: E731
     return max(valid, key=rank, default=None)
