@@ -16,7 +16,8 @@ import warnings
 import torch
 
 from .dense_variant import DenseVariant
-from .library_cache import cache_dir, find_library
+from .environment import getenv
+from .library_cache import PREBUILT_ENV, cache_dir, find_library
 from .paged_variant import PagedVariant
 from .variant import Variant
 
@@ -228,9 +229,17 @@ class KernelUnavailable(RuntimeError):
     library that does not load."""
 
 
+# Set to 1 in a serving process that must never run nvcc: a variant with no prebuilt library is then
+# unavailable (automatic dispatch takes the dense path, with one warning) instead of compiled.
+NO_COMPILE_ENV = "FUSED_MQA_TOPK_NO_COMPILE"
+
+
 def _compiled(variant: Variant | DenseVariant | PagedVariant):
     """The path of the variant's library, rendered and compiled into the cache where no usable one
     is there (the only place the runtime reaches the renderer and nvcc)."""
+    if getenv(NO_COMPILE_ENV, "0") not in ("", "0"):
+        raise KernelUnavailable(f"no prebuilt library of {variant.name} in {cache_dir()} or {PREBUILT_ENV}, and "
+                                f"{NO_COMPILE_ENV} forbids compiling it")
     from .build import build, find_built
 
     if find_built(variant) is None:
@@ -252,7 +261,7 @@ def load(variant: Variant | DenseVariant | PagedVariant) -> KernelLibrary | Dens
                     path = find_library(variant) or _compiled(variant)
                     kind = next(lib for spec, lib in _LIBRARY_KINDS if isinstance(variant, spec))
                     lib = _loaded[variant.name] = kind(variant, str(path))
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 -- whatever stops a library (no nvcc, a failed build,
                     # an unwritable cache, a file that does not load, a symbol it lacks, a template that does
                     # not render) leaves the variant unavailable, and automatic dispatch falls back
                     raise KernelUnavailable(f"{variant.name} is unavailable: {type(e).__name__}: {e}") from e

@@ -66,3 +66,25 @@ def test_load_or_warn_returns_none_once_warned(no_nvcc):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert loader.load_or_warn(variant, "x") is None  # no second warning
+
+
+def test_a_process_that_forbids_compiling_never_compiles(monkeypatch, tmp_cache):
+    """FUSED_MQA_TOPK_NO_COMPILE=1: a variant with no prebuilt library is unavailable (naming the
+    switch), the renderer and the build module are never imported, and automatic dispatch takes the
+    dense path with one warning."""
+    import sys
+
+    monkeypatch.setenv(loader.NO_COMPILE_ENV, "1")
+    monkeypatch.setattr(loader, "_loaded", {})
+    monkeypatch.setattr(loader, "_warned", set())
+    monkeypatch.delitem(sys.modules, "runtime.build", raising=False)
+    monkeypatch.delitem(sys.modules, "runtime.render", raising=False)
+    variant = default_variant(32, 512, "sm90a")
+    with pytest.raises(loader.KernelUnavailable, match=loader.NO_COMPILE_ENV):
+        loader.load(variant)
+    assert "runtime.build" not in sys.modules and "runtime.render" not in sys.modules
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert loader.load_or_warn(variant, "the dense path") is None
+        assert loader.load_or_warn(variant, "the dense path") is None
+    assert len(caught) == 1 and loader.NO_COMPILE_ENV in str(caught[0].message)
