@@ -19,6 +19,7 @@ from pathlib import Path
 
 from runtime.table import load_table, table_meta
 
+from .search import SOURCES, describe_sources, trial_sources
 from .workers import JOURNAL, storage_for
 
 SQLITE = "sqlite:///"
@@ -40,29 +41,38 @@ def write_report(table: Path, results: list) -> Path:
     plots = _plots(table, entries, results)
     for heads, top_k in sorted({(e.heads, e.top_k) for e in entries}):
         lines += [f"## H = {heads}, top-{top_k}", "",
-                  "| rows | keys | variant | fused ms | dense ms | path | speed-up | trials | GPU s | measured | code |",
+                  "| rows | keys | variant | fused ms | dense ms | path | speed-up | trials (start / table / neighbour / "
+                  "model) | GPU s | measured | code |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for e in (e for e in entries if (e.heads, e.top_k) == (heads, top_k)):
             keys = f"{e.keys} ({e.requests} requests)" if e.requests > 1 else e.keys
             lines.append(f"| {e.rows} | {keys} | `{e.variant}` | {e.fused_ms:.3f} +-{e.fused_spread:.1%} | "
                          f"{e.dense_ms:.3f} +-{e.dense_spread:.1%} | {e.use} | {e.dense_ms / e.fused_ms:.2f}x | "
-                         f"{e.trials or '-'} | {f'{e.tune_s:.0f}' if e.tune_s else '-'} | {e.measured or '-'} | {e.code or '-'} |")
+                         f"{e.trials or '-'}{f' ({_sources_cell(e.trial_sources)})' if e.trial_sources else ''} | "
+                         f"{f'{e.tune_s:.0f}' if e.tune_s else '-'} | {e.measured or '-'} | {e.code or '-'} |")
         lines += [f"![fused and dense, H = {heads}, top-{top_k}]({p.name})" for p in plots.get((heads, top_k), [])]
         lines.append("")
     if results:
         lines += ["## This run's studies", "",
-                  "| bucket | measured | rejected | failed | stopped early | search s | settle s | plots |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| bucket | measured | from: start / table / neighbour / model | rejected | failed | stopped early "
+                  "| search s | settle s | plots |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in results:
             names = " ".join(f"[{p.stem.rsplit('-', 1)[-1]}]({p.name})" for p in plots.get(r.bucket.name, []))
-            lines.append(f"| {r.bucket.name} | {r.trials} | {r.rejected} | {r.failed} | {r.pruned} | "
-                         f"{r.search_s:.0f} | {r.settle_s:.0f} | {names or '-'} |")
-        lines += ["", time_summary(results, meta.get("search_wall_s")), ""]
+            lines.append(f"| {r.bucket.name} | {r.trials} | {_sources_cell(r.trial_sources)} | {r.rejected} | "
+                         f"{r.failed} | {r.pruned} | {r.search_s:.0f} | {r.settle_s:.0f} | {names or '-'} |")
+        totals = {s: sum((r.trial_sources or {}).get(s, 0) for r in results) for s in SOURCES}
+        lines += ["", f"This run's measured trials came from: {describe_sources(totals)}.",
+                  "", time_summary(results, meta.get("search_wall_s")), ""]
     if not plots:
         lines.append(f"(No plots: matplotlib is not installed; `pip install matplotlib`, then `python -m generator "
                      f"report {table.name} [--storage URL]` draws them.)")
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+def _sources_cell(sources: dict | None) -> str:
+    return " / ".join(str(sources.get(s, 0)) for s in SOURCES) if sources else "-"
 
 
 def time_summary(results: list, workers_wall_s: float | None) -> str:
@@ -105,7 +115,8 @@ def stored_results(table: Path, storage) -> list:
         results.append(BucketResult(bucket, Variant.from_name(e.variant),
                                     Comparison(e.fused_ms, e.fused_spread, e.dense_ms, e.dense_spread),
                                     c["measured"], c["rejected"], c["failed"], c["pruned"], study,
-                                    search_s=search_s, settle_s=max(0.0, e.tune_s - search_s)))
+                                    search_s=search_s, settle_s=max(0.0, e.tune_s - search_s),
+                                    trial_sources=trial_sources(study)))
     return results
 
 

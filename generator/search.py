@@ -24,6 +24,9 @@ from optuna.trial import FrozenTrial, TrialState
 from runtime.variant import Variant
 
 CLAIM = "variant"  # a trial's system attribute: the name of the variant it measures
+SOURCE = "source"  # and where its point came from, one of SOURCES
+SOURCES = ("start", "table", "neighbour", "model")  # starting point, the table's choice, a one-axis
+# neighbour of the best measured so far, the model-based sampler
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 
 
@@ -34,6 +37,26 @@ def claim_of(trial: FrozenTrial) -> str | None:
 def claim(study: optuna.Study, trial, name: str) -> None:
     """Records that `trial` (a Trial or FrozenTrial) measures the variant `name`."""
     study._storage.set_trial_system_attr(trial._trial_id, CLAIM, name)
+
+
+def set_source(study: optuna.Study, trial, source: str) -> None:
+    """Records where `trial`'s point came from (one of SOURCES)."""
+    study._storage.set_trial_system_attr(trial._trial_id, SOURCE, source)
+
+
+def trial_sources(study: optuna.Study) -> dict[str, int]:
+    """How many of the study's measured trials (complete, failed, or stopped by the pruner, with a
+    point claimed) came from each source."""
+    out = dict.fromkeys(SOURCES, 0)
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
+        source = t.system_attrs.get(SOURCE)
+        if source in out and claim_of(t) and "rejected" not in t.user_attrs and "duplicate" not in t.user_attrs:
+            out[source] += 1
+    return out
+
+
+def describe_sources(sources: dict[str, int]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sources.items() if n) or "none"
 
 
 def taken(study: optuna.Study, number: int, wait_s: float = 30.0) -> set[str]:
@@ -50,9 +73,13 @@ def taken(study: optuna.Study, number: int, wait_s: float = 30.0) -> set[str]:
 
 
 class KnownGoodSampler(BaseSampler):
+    """`known`: the known-good points in order; `sources` names where each came from ("start" or
+    "table", by variant name; "start" where unnamed)."""
+
     def __init__(self, known: list[Variant], neighbours: Callable[[Variant], list[Variant]], then: BaseSampler,
-                 wait_s: float = 30.0):
+                 wait_s: float = 30.0, sources: dict[str, str] | None = None):
         self._known = list(dict.fromkeys(known))
+        self._sources = sources or {}
         self._neighbours = neighbours
         self._then = then
         self._wait_s = wait_s
@@ -70,6 +97,7 @@ class KnownGoodSampler(BaseSampler):
         self._then.before_trial(study, trial)
         busy = taken(study, trial.number, self._wait_s)
         point = next((v for v in self._known if v.name not in busy), None)
+        source = self._sources.get(point.name, "start") if point is not None else "neighbour"
         if point is None:
             done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if claim_of(t)]
             if done:
@@ -78,6 +106,7 @@ class KnownGoodSampler(BaseSampler):
         if point is not None:
             self._proposed[trial._trial_id] = point
             claim(study, trial, point.name)
+            set_source(study, trial, source)
 
     def infer_relative_search_space(self, study, trial):
         return self._then.infer_relative_search_space(study, trial)

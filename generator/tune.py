@@ -126,8 +126,9 @@ def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent
     first, *others = starting_points(bucket.heads, bucket.top_k, arch)
     if incumbent is not None and incumbent != first and incumbent.arch == arch and rejection_reason(incumbent) is None:
         others = [incumbent, *(v for v in others if v != incumbent)]
+    table = {incumbent.name: "table"} if incumbent is not None and incumbent in others else {}
     sampler = KnownGoodSampler([first, *others], lambda v: neighbors(v, NEIGHBOR_AXES),
-                               optuna.samplers.TPESampler(seed=seed, n_startup_trials=8))
+                               optuna.samplers.TPESampler(seed=seed, n_startup_trials=8), sources=table)
     return optuna.create_study(study_name=study_name(arch, bucket, gpu), storage=storage, load_if_exists=True,
                                direction="minimize", sampler=sampler, pruner=SlowerThanBestPruner())
 
@@ -141,7 +142,7 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
     import optuna
     from optuna.trial import TrialState as S
 
-    from .search import claim, taken
+    from .search import claim, set_source, taken
 
     sampler = study.sampler  # a KnownGoodSampler (open_study)
     choices = tunable_choices(arch, bucket.heads, bucket.top_k)
@@ -170,6 +171,7 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
                     study.tell(trial, state=S.PRUNED)
                     continue
                 claim(study, trial, v.name)
+                set_source(study, trial, "model")
             asked.append((trial, v))
             if sampler.is_last_known(proposed):
                 break
@@ -198,17 +200,22 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
 
 def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> BucketResult:
     """The study's best verified variant, timed against the dense path (Measurer.compare)."""
+    from .search import describe_sources, trial_sources
+
     c = counts(study)
+    sources = trial_sources(study)
     complete = [t for t in study.get_trials(deepcopy=False) if t.value is not None and "variant" in t.user_attrs]
     if not complete:
-        return BucketResult(bucket, None, None, c["measured"], c["rejected"], c["failed"], c["pruned"], study)
+        return BucketResult(bucket, None, None, c["measured"], c["rejected"], c["failed"], c["pruned"], study,
+                            trial_sources=sources)
     best = Variant.from_name(min(complete, key=lambda t: t.value).user_attrs["variant"])
     start = time.monotonic()
     comparison = measurer.compare(best, bucket)
     log(f"[{bucket.name}] {best.name}: fused {comparison.fused_ms:.3f} ms (+-{comparison.fused_spread:.1%}), dense "
-        f"{comparison.dense_ms:.3f} ms (+-{comparison.dense_spread:.1%}), timed alike")
+        f"{comparison.dense_ms:.3f} ms (+-{comparison.dense_spread:.1%}), timed alike; its "
+        f"{c['measured']} trials came from: {describe_sources(sources)}")
     return BucketResult(bucket, best, comparison, c["measured"], c["rejected"], c["failed"], c["pruned"], study,
-                        settle_s=time.monotonic() - start)
+                        settle_s=time.monotonic() - start, trial_sources=sources)
 
 
 def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
@@ -601,5 +608,9 @@ def main(args) -> int:
     if results:
         log(time_summary(results, table_meta(path).get("search_wall_s")))
     tuned = [r for r in results if r.best is not None]
-    log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; table: {path}")
+    from .search import SOURCES, describe_sources
+
+    totals = {s: sum((r.trial_sources or {}).get(s, 0) for r in results) for s in SOURCES}
+    log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; their measured trials came from: {describe_sources(totals)}; "
+        f"table: {path}")
     return 0 if len(tuned) == len(buckets) else 1

@@ -15,7 +15,7 @@ import math
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -55,6 +55,9 @@ class Entry:
     # (the builds it waited for included) and the settling; where workers searched (their wall time
     # is the table's search_wall_s) or a refresh re-timed it, the settling only.
     tune_s: float = 0.0
+    # Its measured trials by where their points came from: {"start": n, "table": n, "neighbour": n,
+    # "model": n} (the tuner's sampler, generator/search.py); None in entries written before it was kept.
+    trial_sources: dict | None = field(default=None, hash=False, compare=False)
 
     @property
     def longest_row(self) -> int:

@@ -42,7 +42,8 @@ def test_the_report_is_drawn_again_from_the_table_and_its_journal(tuned, capsys)
     rows = study_rows(report.read_text())
     assert set(rows) == {b.name for b in BUCKETS}
     for r in results:  # the counts the run reported, read back from its studies
-        assert rows[r.bucket.name][:4] == [str(r.trials), str(r.rejected), str(r.failed), str(r.pruned)]
+        sources = " / ".join(str(r.trial_sources[s]) for s in ("start", "table", "neighbour", "model"))
+        assert rows[r.bucket.name][:5] == [str(r.trials), sources, str(r.rejected), str(r.failed), str(r.pruned)]
     out = capsys.readouterr().out
     assert str(report) in out and f"2 of 2 buckets' studies found in {url}" in out
 

@@ -512,3 +512,40 @@ def test_entries_and_the_report_say_where_the_gpu_time_went(tmp_path, monkeypatc
     assert f"This run spent {total:.0f} s on 2 buckets; most: {large.name}" in text
     (fresh, _) = sorted(refresh(Clocked(dense=1.2), "Fake GPU", "sm90a", tmp_path, log=lambda s: None), key=lambda e: e.keys)
     assert fresh.tune_s == 10  # re-timed only
+
+
+def test_every_trial_says_where_its_point_came_from(tmp_path):
+    """start (the starting points), table (the table's current choice), neighbour (one axis from the
+    best so far), model (TPE): recorded per trial, counted into the result, the table entry, the
+    report and the console line."""
+    from runtime.table import table_path
+
+    bucket = Bucket(32, 512, 16384, 131072)
+    starts = starting_points(bucket.heads, bucket.top_k, "sm90a")
+    incumbent = next(v for v in neighbors(starts[0], NEIGHBOR_AXES) if v not in starts and rejection_reason(v) is None)
+    lines = []
+    trials = len(starts) + 1 + 4
+    r = tune_bucket(bucket, FakeMeasurer(), "sm90a", trials=trials, incumbent=incumbent, log=lines.append)
+    sources = r.trial_sources
+    assert sum(sources.values()) == r.trials == trials
+    assert sources["start"] == len(starts) and sources["table"] == 1 and sources["neighbour"] >= 1
+    assert any("came from:" in line and f"{sources['start']} start" in line for line in lines)
+    run([bucket], FakeMeasurer(), "Fake GPU", "sm90a", trials=trials, out_dir=tmp_path, log=lambda s: None)
+    (e,) = json.loads(table_path("Fake GPU", tmp_path).read_text())["entries"]
+    assert set(e["trial_sources"]) == {"start", "table", "neighbour", "model"} and sum(e["trial_sources"].values()) == trials
+    assert load_table(table_path("Fake GPU", tmp_path))[0].trial_sources == e["trial_sources"]
+
+
+def test_model_trials_are_counted_as_the_models():
+    """With the known points and their neighbours used up, the rest of the budget is TPE's: every
+    trial past them is counted as "model"."""
+    from generator.search import trial_sources
+    from generator.tune import open_study, search_bucket
+
+    bucket = Bucket(32, 512, 16384, 131072)
+    study = open_study(bucket, "sm90a")
+    study.sampler._neighbours = lambda v: []  # no neighbours: the model proposes after the starting points
+    search_bucket(study, bucket, FakeMeasurer(), "sm90a", trials=len(starting_points(32, 512, "sm90a")) + 3,
+                  log=lambda s: None)
+    sources = trial_sources(study)
+    assert sources["model"] == 3 and sources["neighbour"] == 0
