@@ -59,6 +59,27 @@ def describe_sources(sources: dict[str, int]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sources.items() if n) or "none"
 
 
+def reclaim_stale(study: optuna.Study, stale_after_s: float) -> list[str]:
+    """Ends every trial RUNNING for over stale_after_s (a dead worker's: it would count against the
+    budget forever) as failed, marked "reclaimed" (study.counts leaves it out of the measured), and
+    frees its point for a new trial. Returns the reclaimed points' names."""
+    import datetime
+
+    now = datetime.datetime.now()
+    names = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.datetime_start is None or (now - t.datetime_start).total_seconds() <= stale_after_s:
+            continue
+        names.append(claim_of(t) or "(no point)")
+        study._storage.set_trial_user_attr(t._trial_id, "reclaimed", f"RUNNING over {stale_after_s:.0f} s")
+        study._storage.set_trial_system_attr(t._trial_id, CLAIM, None)
+        try:
+            study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+        except (RuntimeError, ValueError):  # its worker finished it meanwhile
+            pass
+    return names
+
+
 def taken(study: optuna.Study, number: int, wait_s: float = 30.0) -> set[str]:
     """The variants every trial numbered below `number` claimed, once each has claimed one or
     finished (a trial is created a moment before its claim: waiting closes that window between

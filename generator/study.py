@@ -82,12 +82,13 @@ def study_name(arch: str, bucket: Bucket, gpu: str, code: str | None = None) -> 
 
 def counts(study) -> dict[str, int]:
     """Trials of a study by what became of them: measured (complete, failed, pruned on its timings),
-    running, rejected (an invalid point), duplicate (a point another trial had)."""
+    running, rejected (an invalid point), duplicate (a point another trial had), reclaimed (a dead
+    worker's, ended by search.reclaim_stale: not measured)."""
     from optuna.trial import TrialState as S
 
-    out = dict.fromkeys(("measured", "running", "rejected", "duplicate", "failed", "pruned"), 0)
+    out = dict.fromkeys(("measured", "running", "rejected", "duplicate", "reclaimed", "failed", "pruned"), 0)
     for t in study.get_trials(deepcopy=False):
-        kind = "rejected" if "rejected" in t.user_attrs else "duplicate" if "duplicate" in t.user_attrs else None
+        kind = next((k for k in ("rejected", "duplicate", "reclaimed") if k in t.user_attrs), None)
         if kind:
             out[kind] += 1
         elif t.state == S.RUNNING:

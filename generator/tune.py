@@ -133,21 +133,29 @@ def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent
                                direction="minimize", sampler=sampler, pruner=SlowerThanBestPruner())
 
 
+STALE_TRIAL_S = 3600.0  # a trial RUNNING this long is taken as a dead worker's (a batch's builds run inside it)
+
+
 def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8,
-                  build_fn=None, log=print, progress=lambda: None) -> None:
+                  build_fn=None, log=print, progress=lambda: None, stale_after_s: float = STALE_TRIAL_S) -> None:
     """Measures candidates until the study holds `trials` measured ones (counting those other workers
     have running); `build_fn(variants)` compiles a batch before it is measured. A batch is asked at
     once (its builds run in parallel) and ends after the last known-good point, so that the
-    neighbours asked next are those of the best known-good point."""
+    neighbours asked next are those of the best known-good point. A candidate whose build fails, or
+    whose run fails or is wrong, becomes a failed trial with its reason (user attribute "failed") and
+    the search goes on; a trial left RUNNING over stale_after_s (a dead worker's) is reclaimed first."""
     import optuna
     from optuna.trial import TrialState as S
 
-    from .search import claim, set_source, taken
+    from .search import claim, reclaim_stale, set_source, taken
 
     sampler = study.sampler  # a KnownGoodSampler (open_study)
     choices = tunable_choices(arch, bucket.heads, bucket.top_k)
     asks_left = 20 * trials  # rejected points are pruned for free, up to a cap
     while asks_left > 0:
+        for name in reclaim_stale(study, stale_after_s):
+            log(f"[{bucket.name}] {name}: its trial was RUNNING for over {stale_after_s:.0f} s (a dead worker?): "
+                f"reclaimed, the point is free again")
         c = counts(study)
         room = trials - c["measured"] - c["running"]
         if room <= 0:
@@ -175,10 +183,12 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
             asked.append((trial, v))
             if sampler.is_last_known(proposed):
                 break
-        if build_fn and asked:
-            build_fn(sorted({v for _, v in asked}))
+        unbuilt = build_failures(build_fn, sorted({v for _, v in asked})) if build_fn and asked else {}
         for trial, v in asked:
             progress()  # (one measured candidate more, whatever becomes of it)
+            if v in unbuilt:
+                fail(study, trial, f"build: {unbuilt[v]}", log, f"[{bucket.name}] {v.name}: BUILD FAILED")
+                continue
             times: list[float] = []
             try:
                 for i, ms in enumerate(measurer.fused_samples(v, bucket)):
@@ -187,15 +197,56 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
                     if trial.should_prune():
                         raise optuna.TrialPruned()
             except VerificationError as e:
-                log(f"[{bucket.name}] {v.name}: WRONG ({e})")
-                study.tell(trial, state=S.FAIL)
+                fail(study, trial, f"verification: {e}", log, f"[{bucket.name}] {v.name}: WRONG")
                 continue
             except optuna.TrialPruned:
                 log(f"[{bucket.name}] {v.name}: stopped after {len(times)} timings ({statistics.median(times):.3f} ms)")
-                study.tell(trial, state=S.PRUNED)
+                tell(study, trial, state=S.PRUNED)
+                continue
+            except Exception as e:  # noqa: BLE001 -- a launch error, an unavailable kernel: this candidate's alone
+                fail(study, trial, f"run: {type(e).__name__}: {e}", log, f"[{bucket.name}] {v.name}: FAILED")
                 continue
             log(f"[{bucket.name}] {v.name}: {statistics.median(times):.3f} ms")
-            study.tell(trial, statistics.median(times))
+            tell(study, trial, statistics.median(times))
+
+
+def build_failures(build_fn, variants: list[Variant]) -> dict[Variant, str]:
+    """Builds `variants` (one parallel build); where it fails, each alone, to tell which: {variant:
+    the first line of its error} for those that do not build."""
+    from runtime.toolchain import BuildError
+
+    try:
+        build_fn(variants)
+        return {}
+    except BuildError:
+        pass
+    failures = {}
+    for v in variants:
+        try:
+            build_fn([v])
+        except BuildError as e:
+            failures[v] = (str(e).strip().splitlines() or ["(no message)"])[0][:400]
+    return failures
+
+
+def tell(study, trial, *args, **kwargs) -> None:
+    """study.tell, where a trial reclaimed meanwhile (search.reclaim_stale, by another worker that
+    took this one for dead) is left as it is."""
+    import optuna
+
+    try:
+        study.tell(trial, *args, **kwargs)
+    except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
+        pass
+
+
+def fail(study, trial, reason: str, log, line: str) -> None:
+    """Ends `trial` as failed, its reason in the user attribute "failed"."""
+    from optuna.trial import TrialState as S
+
+    trial.set_user_attr("failed", reason)
+    log(f"{line} ({reason.splitlines()[0][:300]})")
+    tell(study, trial, state=S.FAIL)
 
 
 def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> BucketResult:
@@ -611,6 +662,7 @@ def main(args) -> int:
     from .search import SOURCES, describe_sources
 
     totals = {s: sum((r.trial_sources or {}).get(s, 0) for r in results) for s in SOURCES}
-    log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; their measured trials came from: {describe_sources(totals)}; "
-        f"table: {path}")
+    failed = sum(r.failed for r in results)
+    log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; their measured trials came from: {describe_sources(totals)}"
+        f"{f'; {failed} failed (their reasons above and in the trials)' if failed else ''}; table: {path}")
     return 0 if len(tuned) == len(buckets) else 1

@@ -549,3 +549,49 @@ def test_model_trials_are_counted_as_the_models():
                   log=lambda s: None)
     sources = trial_sources(study)
     assert sources["model"] == 3 and sources["neighbour"] == 0
+
+
+def test_a_candidate_that_does_not_build_or_run_fails_alone_and_the_run_goes_on():
+    from runtime.toolchain import BuildError
+
+    bucket = Bucket(32, 512, 16384, 131072)
+    starts = starting_points(bucket.heads, bucket.top_k, "sm90a")
+    broken, crashing = starts[1], starts[2]
+
+    def build_fn(variants):
+        if broken in variants:
+            raise BuildError(f"nvcc failed for ['{broken.name}']:\nptxas error: too many resources")
+
+    class Crashing(FakeMeasurer):
+        def fused_samples(self, v, bucket):
+            if v == crashing:
+                raise RuntimeError("launch failed: an illegal memory access")
+            yield from super().fused_samples(v, bucket)
+
+    lines = []
+    r = tune_bucket(bucket, Crashing(), "sm90a", trials=len(starts) + 2, build_fn=build_fn, log=lines.append)
+    assert r.best is not None and r.best not in (broken, crashing)
+    assert r.failed == 2 and r.trials == len(starts) + 2  # both failed trials count, the run used its budget
+    reasons = {t.user_attrs["variant"]: t.user_attrs["failed"] for t in r.study.get_trials() if "failed" in t.user_attrs}
+    assert reasons[broken.name].startswith("build: nvcc failed") and reasons[crashing.name].startswith("run: RuntimeError")
+    assert any("BUILD FAILED" in line for line in lines) and any("FAILED (run:" in line for line in lines)
+
+
+def test_a_dead_workers_running_trial_is_reclaimed_and_its_point_measured():
+    from optuna.trial import TrialState
+
+    from generator.search import claim, claim_of
+    from generator.study import counts
+    from generator.tune import open_study, search_bucket
+
+    bucket = Bucket(32, 512, 16384, 131072)
+    study = open_study(bucket, "sm90a")
+    first = starting_points(bucket.heads, bucket.top_k, "sm90a")[0]
+    dead = study.ask()  # a worker that claimed the first point and died
+    claim(study, dead, first.name)
+    m = FakeMeasurer()
+    search_bucket(study, bucket, m, "sm90a", trials=3, log=lambda s: None, stale_after_s=0.0)
+    trials = study.get_trials()
+    assert trials[0].state == TrialState.FAIL and "reclaimed" in trials[0].user_attrs and claim_of(trials[0]) is None
+    assert first.name in m.fused_calls  # measured again, by a live trial
+    assert counts(study)["measured"] == 3 and counts(study)["reclaimed"] == 1
