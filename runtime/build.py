@@ -5,18 +5,24 @@ The cache's layout and manifest: runtime.library_cache. A library is reused whil
 nvcc is present, one that another nvcc version built (the manifest says which) is rebuilt. Without
 nvcc a library is served only where its manifest vouches for it (the bytes recorded; a library with
 no manifest record is not trusted by its file name). nvcc writes to a temporary name and the result
-is renamed into place (atomic), and one process at a time runs ninja in a cache (a file lock), so no
-process ever loads a half-written file.
+is renamed into place (atomic), so no process ever loads a half-written file. A build holds a file
+lock on each variant it compiles (taken in name order, so two builds never wait on each other in a
+circle) and the manifest's own lock only to record what it built: processes building different
+variants in one cache compile at the same time; one that needs a variant another is compiling waits
+for it and then finds it built.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -111,7 +117,7 @@ def _esc(path: Path) -> str:
 
 
 def _record(root: Path, plans: list[BuildPlan], nvcc: str) -> None:
-    """Adds the plans' libraries to the manifest (under the build lock): what find_library serves
+    """Adds the plans' libraries to the manifest (under its lock): what find_library serves
     them by, and the bytes it checks them against."""
     libraries = read_manifest(root)
     for p in plans:
@@ -174,30 +180,43 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
     root.mkdir(parents=True, exist_ok=True)
     for p in missing:
         write_source(p)
-    with open(root / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as locks:
+        for p in sorted(missing, key=lambda p: p.variant.name):
+            locks.enter_context(_locked(p.library.parent / ".build.lock"))
         manifest = read_manifest(root)  # another process may have built some meanwhile
         missing = [p for p in missing if _built(p, root, manifest, nvcc, None, {}) is None]
         if missing:
             for p in missing:
                 p.library.unlink(missing_ok=True)  # another nvcc's build: ninja must not take it as done
-            ninja_file = root / f"build.{os.getpid()}.ninja"
-            ninja_file.write_text(_ninja_file(missing))
+            # Its own ninja file and .ninja_log (builds in one cache run side by side, threads of one process too)
+            builddir = Path(tempfile.mkdtemp(prefix=".ninja.", dir=root))
+            ninja_file = builddir / "build.ninja"
+            ninja_file.write_text(f"builddir = {_esc(builddir)}\n" + _ninja_file(missing))
             cmd = [toolchain.ninja_path(), "-f", str(ninja_file), "-j", str(jobs or os.cpu_count() or 1)]
             try:
                 if verbose:
-                    proc = subprocess.run(cmd, cwd=root, text=True)
+                    proc = subprocess.run(cmd, cwd=root, text=True, check=False)
                     returncode, output = proc.returncode, ""
                 else:
                     returncode, output = _run_ninja(cmd, root, len(missing),
                                                     sys.stderr.isatty() if progress is None else progress)
             finally:
-                ninja_file.unlink(missing_ok=True)
-            _record(root, [p for p in missing if p.is_built], nvcc)
+                shutil.rmtree(builddir, ignore_errors=True)
+            with _locked(root / ".manifest.lock"):
+                _record(root, [p for p in missing if p.is_built], nvcc)
             if returncode != 0:
                 failed = [p.variant.name for p in missing if not p.is_built]
                 raise BuildError(f"nvcc failed for {failed}:\n{output[-10000:]}")
     return plans
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive file lock on `path` (created), held for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def _run_ninja(cmd: list[str], root: Path, count: int, progress: bool) -> tuple[int, str]:

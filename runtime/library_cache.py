@@ -49,7 +49,7 @@ def read_manifest(root: Path) -> dict:
 
 
 def write_manifest(root: Path, libraries: dict) -> None:
-    """Replaces the manifest (atomically; callers hold the cache's build lock)."""
+    """Replaces the manifest (atomically; callers hold its lock: runtime.build)."""
     tmp = root / f"{MANIFEST}.tmp.{os.getpid()}"
     tmp.write_text(json.dumps({"format": 2, "libraries": dict(sorted(libraries.items()))}, indent=1) + "\n")
     os.replace(tmp, root / MANIFEST)

@@ -284,3 +284,51 @@ def test_a_server_loads_a_built_library_without_the_renderer(tmp_cache, monkeypa
     assert loader.load(v).threads == v.threads
     with pytest.raises(loader.KernelUnavailable, match="runtime.build"):
         loader.load(default_variant(32, 1024, mma="mmasync"))
+
+
+def test_builds_of_different_variants_in_one_cache_do_not_wait_for_each_other(tmp_path, monkeypatch):
+    """Each variant's build holds that variant's lock (and the manifest's only to record it): a
+    process compiling one variant does not hold up another compiling a different one, and both end
+    up in the manifest. A fake nvcc stands in (this is about the locks, not the compiler): it takes
+    3 s over `one`, no time over `other`."""
+    import threading
+    import time
+
+    from runtime import build as b
+    from runtime import library_cache, toolchain
+    from runtime.defaults import default_variant
+
+    one, other = default_variant(32, 512, "sm90a"), default_variant(64, 512, "sm90a")
+    fake = tmp_path / "nvcc"
+    fake.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake nvcc V0.0"; exit 0; fi\n'
+                    'out=""; while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
+                    f'case "$out" in *{one.name}*) sleep 3;; esac\n'
+                    'echo "not a library" > "$out"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("NVCC", str(fake))
+    monkeypatch.setenv(library_cache.CACHE_ENV, str(tmp_path / "cache"))
+    toolchain.nvcc_path.cache_clear()
+    toolchain.nvcc_version.cache_clear()
+    try:
+        errors = []
+
+        def build_one():
+            try:
+                b.build([one], progress=False)
+            except Exception as e:  # noqa: BLE001 -- reported below, in the test's thread
+                errors.append(e)
+
+        slow = threading.Thread(target=build_one)
+        slow.start()
+        time.sleep(0.5)  # `one` is compiling
+        start = time.monotonic()
+        b.build([other], progress=False)
+        assert time.monotonic() - start < 2.0 and slow.is_alive(), "the build of `other` waited for `one`'s"
+        slow.join(timeout=30)
+        assert not errors, errors
+        records = {r["variant"] for r in library_cache.read_manifest(tmp_path / "cache").values()}
+        assert records == {one.name, other.name}
+        assert not list((tmp_path / "cache").glob(".ninja.*"))  # each build's ninja log went with it
+    finally:
+        toolchain.nvcc_path.cache_clear()
+        toolchain.nvcc_version.cache_clear()
