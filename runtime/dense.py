@@ -16,7 +16,7 @@ import torch
 from .contract import check_inputs, clamp_ranges
 from .dense_kernels import dense_variant_for
 from .dense_variant import DenseVariant
-from .loader import DenseLibrary, aligned16, allocate, launch_on, load, load_or_warn
+from .loader import DenseLibrary, aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
 from .scoring import (
     fp8_tensor_core_product,
     fp32_product,
@@ -66,10 +66,7 @@ def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k:
     with each row's logits in a window of the longest row's keys (scoring.window_pieces), each scored,
     then selected (the library walks them; nothing is read back from the device)."""
     rows, keys = q.shape[0], k_fp8.shape[0]
-    if out is None:
-        out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
-    elif tuple(out.shape) != (rows, top_k) or out.dtype != torch.int32 or not out.is_contiguous():
-        raise ValueError(f"out: expected a contiguous int32 [{rows}, {top_k}] tensor")
+    out = answer_buffer(out, rows, top_k, q.device)
     if rows == 0:
         return out
     q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)

@@ -7,7 +7,7 @@ import torch
 from .contract import Problem
 from .dense import run_dense
 from .dispatch import choose_variant
-from .loader import aligned16, allocate, launch_on, load, load_or_warn
+from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
 from .variant import Variant
 
 
@@ -36,10 +36,7 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
         raise ValueError(f"{variant.name} serves heads={variant.heads}, top_k={variant.top_k}; "
                          f"got heads={q.shape[1]}, top_k={top_k}")
     rows, keys = q.shape[0], k_fp8.shape[0]
-    if out is None:
-        out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
-    elif tuple(out.shape) != (rows, top_k) or out.dtype != torch.int32 or not out.is_contiguous():
-        raise ValueError(f"out: expected a contiguous int32 [{rows}, {top_k}] tensor")
+    out = answer_buffer(out, rows, top_k, q.device)
     if rows == 0:
         return out
     if keys == 0:  # nothing to see: every row is all padding (and TMA maps cannot describe 0 keys)

@@ -202,6 +202,16 @@ def allocate(nbytes: int, device, what: str, dtype=torch.uint8):
                            f"({str(e).splitlines()[0]})") from e
 
 
+def answer_buffer(out: torch.Tensor | None, rows: int, top_k: int, device) -> torch.Tensor:
+    """`out` where the caller owns the answer's buffer (checked: a contiguous int32 [rows, top_k]),
+    else a new one."""
+    if out is None:
+        return torch.empty((rows, top_k), dtype=torch.int32, device=device)
+    if tuple(out.shape) != (rows, top_k) or out.dtype != torch.int32 or not out.is_contiguous():
+        raise ValueError(f"out: expected a contiguous int32 [{rows}, {top_k}] tensor")
+    return out
+
+
 def launch_on(device: torch.device):
     """(a context in which `device` is the current device, the raw handle of its current stream): our
     launchers launch on the current device and stream. The context switches devices only where

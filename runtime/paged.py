@@ -30,7 +30,7 @@ from .contract import (
 )
 from .fused import AUTO as FUSED_AUTO
 from .fused import run_checked
-from .loader import KernelUnavailable, aligned16, allocate, launch_on, load
+from .loader import KernelUnavailable, aligned16, allocate, answer_buffer, launch_on, load
 from .paged_variant import (
     CACHE_BYTES_PER_KEY,
     SUPPORTED_NEXT_N,
@@ -218,10 +218,7 @@ def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, bloc
         raise ValueError(f"{variant.name} serves heads={variant.heads}, top_k={variant.top_k}, next_n={variant.next_n}, "
                          f"block_size={variant.block_size}; got {heads}, {top_k}, {next_n}, {kv_cache.shape[1]}")
     rows = batch * next_n
-    if out is None:
-        out = torch.empty((rows, top_k), dtype=torch.int32, device=q.device)
-    elif tuple(out.shape) != (rows, top_k) or out.dtype != torch.int32 or not out.is_contiguous():
-        raise ValueError(f"out: expected a contiguous int32 [{rows}, {top_k}] tensor")
+    out = answer_buffer(out, rows, top_k, q.device)
     if batch == 0:
         return out
     lib = load(variant)
