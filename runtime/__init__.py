@@ -31,7 +31,8 @@ __all__ = ["__version__", "fused_mqa_topk", "dense_mqa_topk", "reference_mqa_top
 
 
 def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, variant: Variant | str | None = None,
-                   validate: bool = True, max_visible_keys: int | None = None) -> torch.Tensor:
+                   validate: bool = True, max_visible_keys: int | None = None,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """Top-k key indices per query row, int32 [M, top_k], relative to cu_seqlen_ks, -1 padded.
 
     Runs the fused kernel the GPU's tuned table picks (or `variant`, to force one), else the dense
@@ -44,7 +45,8 @@ def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, va
     CUDA graphs and torch.compile regions); shape/dtype checks always run. The choice of path happens
     inside the custom op, so compiled graphs hold one opaque call; inside a compiled region pass
     `variant` as a name string (dynamo may trace a Variant's integer fields as symbols and cannot format
-    them into its name).
+    them into its name). `out`: a caller-owned contiguous int32 [M, top_k] the answer is written into
+    (and returned), as a server's persistent index buffer.
     """
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate,
                            max_visible_keys=max_visible_keys)
@@ -54,8 +56,9 @@ def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, va
         raise ValueError(f"variant {name} needs CUDA tensors; q is on {problem.device}")
     # The custom op is what compiled graphs see; eager calls skip its dispatch (tens of us a call).
     if torch.compiler.is_compiling():
-        return fused_op(q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, name, problem.longest_row)
-    return run_checked(problem, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, name)
+        answer = fused_op(q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, name, problem.longest_row)
+        return answer if out is None else out.copy_(answer)
+    return run_checked(problem, q, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, name, out=out)
 
 
 def explain(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, validate: bool = False,

@@ -67,17 +67,20 @@ def run_fused_op(q: torch.Tensor, k_fp8: torch.Tensor, k_scale: torch.Tensor, we
     return run_checked(problem, q, k_fp8, k_scale, weights, ks, ke, variant)
 
 
-def run_checked(problem: Problem, q, k_fp8, k_scale, weights, ks, ke, variant: str) -> torch.Tensor:
-    """run_fused_op for the Problem check_inputs returned (the eager entry: no second Problem made)."""
+def run_checked(problem: Problem, q, k_fp8, k_scale, weights, ks, ke, variant: str,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """run_fused_op for the Problem check_inputs returned (the eager entry: no second Problem made);
+    the answer into `out` where given (a contiguous int32 [rows, top_k])."""
     lib = None
     if variant == AUTO:
         chosen = choose_variant(problem)
         lib = chosen and load_or_warn(chosen, "the dense path")
         if lib is None:
-            return run_dense(q, k_fp8, k_scale, weights, ks, ke, problem.top_k, problem.longest_row)
+            return run_dense(q, k_fp8, k_scale, weights, ks, ke, problem.top_k, problem.longest_row,
+                             out=answer_buffer(out, q.shape[0], problem.top_k, q.device) if out is not None else None)
     else:
         chosen = Variant.from_name(variant)
-    return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, problem.top_k, lib=lib)
+    return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, problem.top_k, out=out, lib=lib)
 
 
 @torch.library.custom_op("fused_mqa_topk::topk", mutates_args=())

@@ -239,7 +239,8 @@ _warned: set[str] = set()
 
 
 def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, *,
-                   variant: PagedVariant | str | None = None, validate: bool = True) -> torch.Tensor:
+                   variant: PagedVariant | str | None = None, validate: bool = True,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """Top-k token positions per decode row, int32 [B * next_n, top_k], ascending, -1 padded.
 
     Runs the paged kernel (Hopper; one launch, no readback, CUDA-graph capturable) where one serves
@@ -247,21 +248,28 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
     the same answer; `variant` forces a PagedVariant (or its name), or "gathered" / "reference".
     validate=False skips the value checks (a readback: turn them off in CUDA graphs); shape and dtype
     checks always run, and unchecked bad values never fault or hang: lengths are clamped to the
-    block table and block ids into the cache."""
+    block table and block ids into the cache. `out`: a caller-owned contiguous int32 [B * next_n, top_k]
+    the answer is written into (and returned)."""
     problem = check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, check_values=validate)
+    if out is not None:
+        answer_buffer(out, problem.rows, top_k, q.device)  # (its checks)
     name = AUTO if variant is None else variant if isinstance(variant, str) else variant.name
     if name == REFERENCE:
-        return reference_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k)
+        return _into(out, reference_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
     if name == GATHERED:
-        return gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k)
+        return _into(out, gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
     chosen = paged_variant_for(problem) if name == AUTO else PagedVariant.from_name(name)
     if chosen is not None:
         try:
-            return launch_paged(chosen, q, kv_cache, weights, context_lens, block_table, top_k)
+            return launch_paged(chosen, q, kv_cache, weights, context_lens, block_table, top_k, out=out)
         except KernelUnavailable as e:
             if name != AUTO:
                 raise
             if chosen.name not in _warned:
                 _warned.add(chosen.name)
                 warnings.warn(f"{e}; the gathered path serves instead", RuntimeWarning, stacklevel=2)
-    return gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k)
+    return _into(out, gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
+
+
+def _into(out: torch.Tensor | None, answer: torch.Tensor) -> torch.Tensor:
+    return answer if out is None else out.copy_(answer)
