@@ -10,7 +10,7 @@ alone (the host's launch hidden: timing.event_ms); the share of the fp8 floor at
 sustained rate measured at the start of the run; both answers verified with the two-sided verifier
 on sampled rows. With --serving FILE (JSON lines {"requests", "rows", "keys", "heads", "top_k", "ms"}:
 the serving engines' dense path on the same shapes, best timed in the same run by the same method:
-README.md, "Working with the lent GPU machine"), the speed-up over it and the geometric mean.
+CONTRIBUTING.md, "Working with the lent GPU machine"), the speed-up over it and the geometric mean.
 docs/results/h200-2026-12-01-abb3266/serving.jsonl holds that path's times on an H200 (all 168 shapes;
 DeepGEMM's sm90 MQA-logits kernel in vLLM v0.33.0's pieces, then vLLM's per-row top-k), timed in
 the run of docs/results/h200-2026-12-01-abb3266/sweep.jsonl.
