@@ -142,9 +142,10 @@ def gather_paged(kv_cache, context_lens, block_table, next_n: int):
     starts = [0]
     for n in lens:
         starts.append(starts[-1] + n)
-    positions = torch.cat([torch.arange(n, device=device) for n in lens]) if starts[-1] else \
-        torch.zeros(0, dtype=torch.long, device=device)
-    request = torch.repeat_interleave(torch.arange(len(lens), device=device), torch.tensor(lens, device=device))
+    counts = torch.tensor(lens, dtype=torch.long, device=device)
+    request = torch.repeat_interleave(torch.arange(len(lens), device=device), counts)
+    first = torch.repeat_interleave(torch.tensor(starts[:-1], dtype=torch.long, device=device), counts)
+    positions = torch.arange(starts[-1], device=device) - first  # each token's position in its request
     ids = block_table.long()[request, positions // block_size].clamp(0, num_blocks - 1)
     within = positions % block_size
     k_fp8 = values[ids, within].view(torch.float8_e4m3fn).contiguous()
