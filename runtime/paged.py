@@ -43,10 +43,9 @@ AUTO = "auto"
 GATHERED = "gathered"  # the fallback: the request's keys gathered out of the cache, then fused_mqa_topk
 REFERENCE = "reference"
 # Each part of a request the kernel scans covers at least this many tokens of the block table's
-# capacity. One CTA scores a 256-key tile in about 1,400 cycles (its products and head sums), so a
-# short context alone in a step is cut too; but each part's list (up to top_k entries) is merged by
-# one CTA, and the merged buffer's selection costs about as much as scanning 8K keys, so parts much
-# shorter than that gain nothing.
+# capacity. A short context alone in a step is cut too (one CTA's scan of it would set the step's
+# time); but each part's list (up to top_k entries) is merged by one CTA, so parts of fewer tokens than
+# a list holds would add merging, not take scanning away (BENCHMARKS.md, "Decode from the paged cache").
 MIN_PART_KEYS = 2048
 
 
