@@ -14,7 +14,7 @@ from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs
 from .dense import dense_mqa_topk
 from .dispatch import Decision, choose_variant, decide
 from .fused import AUTO, fused_op, run_checked
-from .paged import paged_mqa_topk, reference_paged_mqa_topk
+from .paged import explain_paged, paged_mqa_topk, reference_paged_mqa_topk
 from .reference import reference_mqa_topk
 from .variant import Variant
 
@@ -26,8 +26,8 @@ except PackageNotFoundError:  # a checkout on sys.path, not installed
     __version__ = "0+checkout"
 
 __all__ = ["__version__", "fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "paged_mqa_topk",
-           "reference_paged_mqa_topk", "explain", "choose_variant", "check_inputs", "SUPPORTED_HEADS", "SUPPORTED_TOP_K",
-           "Problem", "Decision"]
+           "reference_paged_mqa_topk", "explain", "explain_paged", "choose_variant", "check_inputs", "SUPPORTED_HEADS",
+           "SUPPORTED_TOP_K", "Problem", "Decision"]
 
 
 def fused_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *, variant: Variant | str | None = None,

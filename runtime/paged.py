@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -179,14 +180,74 @@ def gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top
 
 
 def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
-    """The paged kernel for this shape on this device, or None where none serves (no CUDA, not
-    Hopper, a block size the kernel does not take)."""
-    if problem.device.type != "cuda" or problem.block_size % 64:
+    """The paged kernel for this shape on this device, or None where none serves (no_paged_kernel
+    says why)."""
+    if no_paged_kernel(problem) is not None:
         return None
-    arch, _ = _device_facts(problem.device.index if problem.device.index is not None else torch.cuda.current_device())
-    if arch is None or "wgmma" not in arch.mma_kinds:
-        return None
+    arch, _ = _device_facts(_index(problem.device))
     return default_paged_variant(problem.heads, problem.top_k, problem.next_n, problem.block_size, arch.name)
+
+
+def no_paged_kernel(problem: PagedProblem) -> str | None:
+    """Why no paged kernel serves this shape on this device (then the gathered path does), or None."""
+    if problem.device.type != "cuda":
+        return f"the tensors are on {problem.device}: the paged kernel runs on CUDA devices"
+    if problem.block_size % 64:
+        return f"block size {problem.block_size}: the paged kernel reads 64-key pieces of a block"
+    arch, _ = _device_facts(_index(problem.device))
+    if arch is None or "wgmma" not in arch.mma_kinds:
+        name = torch.cuda.get_device_name(problem.device)
+        return f"{name} is not Hopper (sm_90): the paged kernel is a wgmma kernel"
+    if default_paged_variant(problem.heads, problem.top_k, problem.next_n, problem.block_size, arch.name) is None:
+        return "no variant of the paged kernel fits this shape"
+    return None
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@dataclass(frozen=True)
+class PagedDecision:
+    """What paged_mqa_topk does with a call, and why (explain_paged returns it)."""
+
+    variant: PagedVariant | None  # None: the gathered path
+    why: str
+    parts: int = 1  # how many parts each request's keys are cut into
+    workspace_bytes: int = 0  # the launch's workspace (where the library is loaded)
+
+    @property
+    def path(self) -> str:
+        return "gathered" if self.variant is None else "paged kernel"
+
+    def __str__(self) -> str:
+        lines = [f"path: {self.path}" + (f" ({self.variant.name})" if self.variant else ""), f"why: {self.why}"]
+        if self.variant is not None:
+            lines.append(f"parts per request: {self.parts}" +
+                         (f"; workspace {self.workspace_bytes / 2**20:.1f} MiB" if self.workspace_bytes else ""))
+        return "\n".join(lines)
+
+
+def explain_paged(q, kv_cache, weights, context_lens, block_table, top_k: int, *, validate: bool = False) -> PagedDecision:
+    """What paged_mqa_topk would do with these arguments and why: the paged kernel's variant and its
+    split, or the gathered path and the reason. Checks shapes and dtypes (and with validate, the
+    values); launches nothing and compiles nothing."""
+    from .library_cache import find_library
+
+    problem = check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, check_values=validate)
+    reason = no_paged_kernel(problem)
+    if reason is not None:
+        return PagedDecision(None, reason)
+    variant = paged_variant_for(problem)
+    parts = parts_per_request(problem.batch, problem.capacity, _device_facts(_index(problem.device))[1])
+    library = find_library(variant)
+    if library is None:
+        why = "the untuned default for these heads, top-k, next_n and block size; no library is built yet: the first call " \
+              "compiles it (or, without nvcc or with FUSED_MQA_TOPK_NO_COMPILE, takes the gathered path)"
+        return PagedDecision(variant, why, parts)
+    workspace = load(variant).workspace_bytes(problem.batch, parts)
+    return PagedDecision(variant, f"the untuned default for these heads, top-k, next_n and block size ({library})",
+                         parts, workspace)
 
 
 @lru_cache(maxsize=64)
@@ -223,7 +284,7 @@ def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, bloc
         return out
     lib = load(variant)
     if parts is None:
-        sms = _device_facts(q.device.index if q.device.index is not None else torch.cuda.current_device())[1]
+        sms = _device_facts(_index(q.device))[1]
         parts = parts_per_request(batch, block_table.shape[1] * kv_cache.shape[1], sms)
     q, kv_cache = aligned16(q), aligned16(kv_cache)
     context, stream = launch_on(q.device)

@@ -126,3 +126,12 @@ def test_unvalidated_bad_values_do_not_fault_and_the_next_call_is_right():
         torch.cuda.synchronize()
         assert out.shape == (2, 512)
     assert verify_paged(paged_mqa_topk(*wl.args()), wl).ok
+
+
+def test_explain_paged_names_the_kernel_and_its_split():
+    from runtime import explain_paged
+
+    wl = make_paged_workload("random", [300_000], 1, 64, 2048, seed=1, device="cuda")
+    decision = explain_paged(*wl.args())
+    assert decision.path == "paged kernel" and decision.variant == paged_variant_for(check_paged_inputs(*wl.args()))
+    assert decision.parts > 1 and "parts per request" in str(decision)

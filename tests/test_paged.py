@@ -213,3 +213,12 @@ def test_the_decode_kernel_and_the_prefill_kernels_are_digested_apart(tmp_path, 
         monkeypatch.undo()
         digests()
     assert kernel_code.code_digest_of(default_paged_variant(32, 512, 1, 64)) == kernel_code.paged_code_digest()
+
+
+def test_explain_paged_says_which_path_and_why():
+    from runtime import explain_paged
+
+    wl = make_paged_workload("random", [100, 200], 2, 32, 512, seed=0)
+    decision = explain_paged(*wl.args())
+    assert decision.path == "gathered" and decision.variant is None and "CUDA devices" in decision.why
+    assert "path: gathered" in str(decision) and "why:" in str(decision)
