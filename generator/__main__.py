@@ -30,6 +30,7 @@ def valid_specs(names: list[str]) -> list | None:
     variant space accepts (nothing is sent to nvcc that would be rejected before compiling)."""
     from runtime.build import spec_from_name
     from runtime.dense_variant import DenseVariant, dense_rejection_reason
+    from runtime.paged_variant import PagedVariant
 
     from .space import rejection_reason
 
@@ -41,7 +42,10 @@ def valid_specs(names: list[str]) -> list | None:
             print(f"{name}: {e} (python -m generator list prints valid names)", file=sys.stderr)
             bad += 1
             continue
-        reason = dense_rejection_reason(spec) if isinstance(spec, DenseVariant) else rejection_reason(spec)
+        if isinstance(spec, DenseVariant):
+            reason = dense_rejection_reason(spec)
+        else:
+            reason = spec.invalid_reason() if isinstance(spec, PagedVariant) else rejection_reason(spec)
         if reason:
             print(f"{name}: rejected: {reason}", file=sys.stderr)
             bad += 1
@@ -69,13 +73,13 @@ def cmd_render(args) -> int:
 def cmd_build(args) -> int:
     from runtime.build import build, cache_dir, resource_report
 
-    from .shipped import shipped_dense_variants, shipped_variants
+    from .shipped import shipped_dense_variants, shipped_paged_variants, shipped_variants
 
     variants = valid_specs(args.names)
     if variants is None:
         return 2
     if args.shipped:
-        variants += shipped_variants() + shipped_dense_variants()
+        variants += shipped_variants() + shipped_dense_variants() + shipped_paged_variants()
     if args.all:
         variants += [v for v, reason in enumerate_space(**_fixed_axes(args)) if reason is None]
     if args.candidates:
@@ -165,7 +169,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="compile variants with nvcc (no GPU needed); prints ptxas resources")
     p.add_argument("names", nargs="*")
-    p.add_argument("--shipped", action="store_true", help="every variant the tuned tables and defaults name")
+    p.add_argument("--shipped", action="store_true", help="every variant the tuned tables and defaults name "
+                                                           "(the paged decode defaults included)")
     p.add_argument("--all", action="store_true", help="every valid point (narrow with --heads/--top-k/--arch)")
     p.add_argument("--candidates", action="store_true",
                    help="what a tuning study likely measures first (starting points, table choices, their "

@@ -1,6 +1,8 @@
 """The variants this project ships: every fused variant a tuned table names, the default fused
-variant per (kernel kind, heads, top_k), and the dense variant per (heads, top_k). CI compiles
-all of them."""
+variant per (kernel kind, heads, top_k), the dense variant per (heads, top_k), and the paged decode
+kernel's default per (heads, top_k, next_n) at the block size vLLM's indexer cache uses. CI compiles
+the fused and dense ones (tests/test_build.py) and two paged ones (tests/test_paged.py); `build
+--shipped` compiles them all."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 
 from runtime.defaults import default_variants
 from runtime.dense_variant import DenseVariant, default_dense_variant
+from runtime.paged_variant import SUPPORTED_NEXT_N, PagedVariant, default_paged_variant
 from runtime.table import SHIPPED_TABLE_DIR
 from runtime.variant import Variant
 
@@ -26,3 +29,11 @@ def shipped_variants() -> list[Variant]:
     variants = {Variant.from_name(n) for n in names}
     variants.update(v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k))
     return sorted(variants)
+
+
+SHIPPED_BLOCK_SIZE = 64  # vLLM's indexer cache (DeepGEMM's sm90 paged kernel asserts it)
+
+
+def shipped_paged_variants() -> list[PagedVariant]:
+    return sorted({default_paged_variant(h, k, n, SHIPPED_BLOCK_SIZE) for h in AXES["heads"] for k in AXES["top_k"]
+                   for n in SUPPORTED_NEXT_N})

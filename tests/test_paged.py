@@ -222,3 +222,12 @@ def test_explain_paged_says_which_path_and_why():
     decision = explain_paged(*wl.args())
     assert decision.path == "gathered" and decision.variant is None and "CUDA devices" in decision.why
     assert "path: gathered" in str(decision) and "why:" in str(decision)
+
+
+def test_the_cli_takes_paged_variant_names_and_rejects_invalid_ones(capsys):
+    from generator.__main__ import valid_specs
+
+    good = default_paged_variant(64, 512, 1, 64)
+    assert valid_specs([good.name]) == [good]
+    assert valid_specs([good.name.replace("_p64_", "_p32_")]) is None
+    assert "block_size 32" in capsys.readouterr().err
