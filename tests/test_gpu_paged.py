@@ -12,7 +12,6 @@ from conftest import GPU_SKIP
 
 from generator.paged_workloads import (
     make_paged_workload,
-    reference_answer,
     verify_paged,
 )
 from generator.workloads import FAMILIES
