@@ -49,3 +49,19 @@ def tmp_cache(tmp_path, monkeypatch):
 
 def pytest_report_header(config):
     return f"torch {torch.__version__}; GPU tests: {'run' if GPU_SKIP is None else 'skipped: ' + GPU_SKIP}; nvcc: {shutil.which('nvcc')}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The skipped tests counted by reason (pytest -q prints only how many): on a machine without a
+    GPU most of the suite skips, and this says for which reasons."""
+    from collections import Counter
+
+    reasons = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.write_sep("-", "skipped, by reason")
+        for reason, n in reasons.most_common():
+            terminalreporter.write_line(f"{n:5d}  {reason}")

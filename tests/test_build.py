@@ -53,10 +53,12 @@ def test_every_shipped_variant_renders():
 
 
 @requires_nvcc
-def test_every_shipped_variant_compiles(tmp_cache):
+def test_every_shipped_variant_compiles(tmp_cache, capsys):
     variants = shipped_variants()
     dense = shipped_dense_variants()
-    plans = build(variants + dense)
+    with capsys.disabled():  # a line a library as they compile (minutes on two cores), not a silent wait
+        print(f"\ncompiling {len(variants + dense)} shipped libraries:", file=sys.stderr, flush=True)
+        plans = build(variants + dense, progress=True)
     assert [p.variant for p in plans] == variants + dense
     for p in plans:
         assert p.library.is_file() and p.source.is_file()
