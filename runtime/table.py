@@ -162,9 +162,11 @@ def _table_for(identity: GpuIdentity, directory: str, mtime: int, shipped_mtime:
         return abs(math.log2(max(1, item[1].get("sms", 1)) / max(1, identity.sms)))
 
     path, meta = min(portable, key=distance)
-    return TableChoice(path, f"no table for {identity.key}: borrowed {meta.get('identity', path.stem)}'s (same arch "
-                             f"{identity.arch}, nearest SM count; its variants are valid on every {identity.arch} GPU, "
-                             f"their speed was measured there)")
+    source = meta.get("identity", path.stem)
+    return TableChoice(path, f"no table for {identity.key}: borrowed {source}'s (same arch {identity.arch}, nearest SM "
+                             f"count; its variants are valid on every {identity.arch} GPU, but its timings, and so "
+                             f"where fused beats dense, were measured on {source} and never on {identity.key}: "
+                             f"`python -m generator tune` here makes this GPU's own)")
 
 
 def table_paths() -> list[Path]:
