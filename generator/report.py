@@ -137,8 +137,7 @@ def existing_storage(url: str):
     path = url[len(JOURNAL):] if url.startswith(JOURNAL) else url[len(SQLITE):] if url.startswith(SQLITE) else None
     if path is not None and not Path(path).is_file():
         raise FileNotFoundError(f"no such file: {path}")
-    storage = storage_for(url)
-    storage = optuna.storages.RDBStorage(storage) if isinstance(storage, str) else storage  # one connection for every study
+    storage = storage_for(url)  # (an RDBStorage or a JournalStorage: one connection for every study)
     optuna.get_all_study_names(storage)  # (what shows that it reads)
     return storage
 

@@ -24,15 +24,35 @@ JOURNAL = "journal:"
 
 def storage_for(url: str | None):
     """The optuna storage a --storage value names: None (in memory), 'journal:PATH' (a journal
-    file several processes share), or an RDB URL, passed to optuna as it is."""
-    if url is None or not url.startswith(JOURNAL):
-        return url
+    file several processes share), or an RDB URL (optuna's RDBStorage; workers on several hosts
+    share one such as postgresql://...)."""
+    if url is None:
+        return None
+    if not url.startswith(JOURNAL):
+        return rdb_storage(url)
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     path = Path(url[len(JOURNAL):])
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+def rdb_storage(url: str, attempts: int = 6):
+    """optuna's RDBStorage for `url`, retried: workers that start together on a fresh database race to
+    create its schema, and the losers' CREATE fails (a duplicate type or table) until the winner's has
+    committed."""
+    import sqlalchemy.exc
+    from optuna.storages import RDBStorage
+
+    for attempt in range(attempts):
+        try:
+            return RDBStorage(url)
+        except sqlalchemy.exc.SQLAlchemyError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def gpu_count(arg: str) -> int:

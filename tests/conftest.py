@@ -65,3 +65,55 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "skipped, by reason")
         for reason, n in reasons.most_common():
             terminalreporter.write_line(f"{n:5d}  {reason}")
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """A private PostgreSQL server for the session (the distribution's initdb and pg_ctl, a unix socket
+    in a temporary directory, trust authentication), as an SQLAlchemy URL; skipped, with the reason,
+    where there is no server to start or no driver."""
+    import os
+    import socket
+    import subprocess
+    import tempfile
+
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if not initdb or not pg_ctl:
+        pytest.skip("no PostgreSQL server here (initdb / pg_ctl not found): the shared-study test needs one")
+    try:
+        import psycopg2  # noqa: F401 -- SQLAlchemy's default PostgreSQL driver
+    except ImportError:
+        pytest.skip("psycopg2 is not installed (pip install psycopg2-binary): the shared-study test needs it")
+    root = Path(tempfile.mkdtemp(prefix="fused-mqa-topk-pg-", dir="/tmp"))  # (short: a socket path's limit)
+    data, sockets = root / "data", root / "sockets"
+    sockets.mkdir()
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root: run the server as the distribution's user
+        runuser = shutil.which("runuser")
+        try:
+            import pwd
+
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            owner = None
+        if not runuser or owner is None:
+            pytest.skip("running as root with no 'postgres' user to run a PostgreSQL server as")
+        for path in (root, sockets):
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+        as_user = [runuser, "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = lambda *cmd: subprocess.run([*as_user, *cmd], capture_output=True, text=True, timeout=120)  # noqa: E731
+    made = run(initdb, "-D", str(data), "-A", "trust", "-U", "tuner")
+    if made.returncode != 0:
+        pytest.skip(f"initdb failed: {made.stderr.strip()[-300:]}")
+    started = run(pg_ctl, "-D", str(data), "-w", "-l", str(root / "server.log"), "-o",
+                  f"-p {port} -k {sockets} -c listen_addresses=''", "start")
+    if started.returncode != 0:
+        pytest.skip(f"the PostgreSQL server did not start: {started.stderr.strip()[-300:]}")
+    try:
+        yield f"postgresql+psycopg2://tuner@/postgres?host={sockets}&port={port}"
+    finally:
+        run(pg_ctl, "-D", str(data), "-m", "fast", "stop")
+        shutil.rmtree(root, ignore_errors=True)

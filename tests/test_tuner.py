@@ -416,11 +416,15 @@ print(" ".join(m.fused_calls))
 """
 
 
-def test_two_workers_share_one_study_without_measuring_a_variant_twice(tmp_path):
-    from generator.tune import counts, open_study
+@pytest.mark.parametrize("kind", ["journal", "postgresql"])
+def test_two_workers_share_one_study_without_measuring_a_variant_twice(tmp_path, kind, request):
+    """Two worker processes, one storage: a journal file (one host), or a PostgreSQL server (several
+    hosts, as README tells them to share a study; a private server started for the test)."""
+    from generator.tune import counts, open_study, record, settle_bucket
     from generator.workers import storage_for
+    from runtime.table import load_table, table_path
 
-    storage = f"journal:{tmp_path / 'journal.log'}"
+    storage = f"journal:{tmp_path / 'journal.log'}" if kind == "journal" else request.getfixturevalue("postgres_url")
     (tmp_path / "ready").mkdir()
     script = WORKER.format(tests=str(REPO / "tests"), repo=str(REPO), storage=storage, ready=str(tmp_path / "ready"))
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -431,8 +435,13 @@ def test_two_workers_share_one_study_without_measuring_a_variant_twice(tmp_path)
     assert all(measured), measured  # both workers measured
     every = measured[0] + measured[1]
     assert len(every) == len(set(every)), "a variant was measured twice"
-    study = open_study(Bucket(32, 1024, 4096, 65536), "sm90a", storage_for(storage), gpu="Fake")
+    bucket = Bucket(32, 1024, 4096, 65536)
+    study = open_study(bucket, "sm90a", storage_for(storage), gpu="Fake")
     assert 16 <= counts(study)["measured"] <= 17  # (a worker may start one more as the other finishes)
+    result = settle_bucket(study, bucket, FakeMeasurer(), log=lambda s: None)  # the table, settled from the study
+    record(table_path("Fake", tmp_path), "Fake", "sm90a", result, None, log=lambda s: None)
+    (entry,) = load_table(table_path("Fake", tmp_path))
+    assert entry.variant == result.best.name and entry.trials == counts(study)["measured"]
 
 
 def test_workers_get_this_command_with_the_shared_storage():
