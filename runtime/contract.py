@@ -123,10 +123,7 @@ def _check_forms(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k) -> tuple[int
     weights = _tensor("weights", weights, torch.float32, 2)
     ks = _tensor("cu_seqlen_ks", cu_seqlen_ks, torch.int32, 1)
     ke = _tensor("cu_seqlen_ke", cu_seqlen_ke, torch.int32, 1)
-    if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise TypeError(f"top_k: expected an int, got {type(top_k).__name__}")
-    if top_k not in SUPPORTED_TOP_K:
-        raise ValueError(f"top_k: {top_k} is not supported; supported: {SUPPORTED_TOP_K}")
+    check_top_k(top_k)
 
     rows, heads, dim = q.shape
     if dim != DIM:
@@ -149,6 +146,14 @@ def _check_forms(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k) -> tuple[int
         if x.device != q.device:
             raise ValueError(f"{name}: on {x.device}, but q is on {q.device}; all inputs must share one device")
     return rows, heads, keys
+
+
+def check_top_k(top_k) -> None:
+    """Raises TypeError/ValueError naming top_k where it is not one of SUPPORTED_TOP_K."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise TypeError(f"top_k: expected an int, got {type(top_k).__name__}")
+    if top_k not in SUPPORTED_TOP_K:
+        raise ValueError(f"top_k: {top_k} is not supported; supported: {SUPPORTED_TOP_K}")
 
 
 def clamp_ranges(ks: torch.Tensor, ke: torch.Tensor, keys: int) -> tuple[torch.Tensor, torch.Tensor]:

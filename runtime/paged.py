@@ -21,14 +21,7 @@ from typing import NamedTuple
 import torch
 
 from .arch import Arch, arch_for_capability
-from .contract import (
-    DIM,
-    SUPPORTED_HEADS,
-    SUPPORTED_TOP_K,
-    _capturing,
-    _tensor,
-    check_inputs,
-)
+from .contract import DIM, SUPPORTED_HEADS, _capturing, _tensor, check_inputs, check_top_k
 from .fused import AUTO as FUSED_AUTO
 from .fused import run_checked
 from .loader import KernelUnavailable, aligned16, allocate, answer_buffer, launch_on, load
@@ -79,10 +72,7 @@ def check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, *
     weights = _tensor("weights", weights, torch.float32, 2)
     context_lens = _tensor("context_lens", context_lens, torch.int32, 1)
     block_table = _tensor("block_table", block_table, torch.int32, 2)
-    if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise TypeError(f"top_k: expected an int, got {type(top_k).__name__}")
-    if top_k not in SUPPORTED_TOP_K:
-        raise ValueError(f"top_k: {top_k} is not supported; supported: {SUPPORTED_TOP_K}")
+    check_top_k(top_k)
     batch, next_n, heads, dim = q.shape
     if dim != DIM:
         raise ValueError(f"q: last dimension must be {DIM}, got shape {tuple(q.shape)}")
