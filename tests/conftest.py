@@ -67,9 +67,9 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{n:5d}  {reason}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def postgres_url(tmp_path_factory):
-    """A private PostgreSQL server for the session (the distribution's initdb and pg_ctl, a unix socket
+    """A private PostgreSQL server for a test module (the distribution's initdb and pg_ctl, a unix socket
     in a temporary directory, trust authentication), as an SQLAlchemy URL; skipped, with the reason,
     where there is no server to start or no driver."""
     import os
