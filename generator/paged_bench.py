@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import sys
 
 import torch
 
 from runtime.loader import load
-from runtime.paged import (
-    PagedProblem,
-    gathered_paged_mqa_topk,
-    paged_mqa_topk,
-    paged_variant_for,
-    parts_per_request,
-)
+from runtime.paged import check_paged_inputs, gathered_paged_mqa_topk, paged_mqa_topk, paged_variant_for, parts_for
 from runtime.paged_variant import CACHE_BYTES_PER_KEY
 
-from .timing import median_ms
+from .timing import geometric_mean, median_ms
 
 BATCHES = (1, 4, 16, 64, 256)
 CONTEXTS = (8192, 32768, 131072, 524288, 1 << 20)
@@ -78,10 +71,9 @@ def time_step(args, rate: float, gathered: bool = True) -> dict:
     q, cache, _weights, lens, table, top_k = args
     batch, next_n, heads = q.shape[:3]
     context = int(lens[0])
-    problem = PagedProblem(batch, next_n, heads, top_k, cache.shape[0], cache.shape[1], table.shape[1], q.device)
+    problem = check_paged_inputs(*args, check_values=False)
     variant = paged_variant_for(problem)
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    parts = parts_per_request(batch, table.shape[1] * cache.shape[1], sms)
+    parts = parts_for(batch, problem.capacity, q.device)
     step_bytes = batch * context * CACHE_BYTES_PER_KEY
     floor_ms = step_bytes / rate * 1e3
     call = lambda: paged_mqa_topk(*args, validate=False)
@@ -116,11 +108,6 @@ def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_k
     return rows
 
 
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def add_arguments(p) -> None:
     p.add_argument("--batch", type=int, action="append", help=f"requests a step (default {BATCHES})")
     p.add_argument("--context", type=int, action="append", help=f"tokens a request (default {CONTEXTS})")
@@ -146,5 +133,5 @@ def main(args) -> int:
     big = [r for r in rows if r["step_mib"] >= 64]
     print(f"{len(rows)} steps; graph-replayed share of the HBM floor where a step reads >= 64 MiB: "
           f"worst {min((r['share_of_floor'] for r in big), default=float('nan')):.2f}, "
-          f"geometric mean {geomean(r['share_of_floor'] for r in big):.2f}", file=sys.stderr)
+          f"geometric mean {geometric_mean([r['share_of_floor'] for r in big]):.2f}", file=sys.stderr)
     return 0

@@ -13,7 +13,6 @@ the last. Scores, the correctness rule and the tie-break are the prefill contrac
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -24,7 +23,7 @@ from .arch import Arch, arch_for_capability
 from .contract import DIM, SUPPORTED_HEADS, _capturing, _tensor, check_inputs, check_top_k
 from .fused import AUTO as FUSED_AUTO
 from .fused import run_checked
-from .loader import KernelUnavailable, aligned16, allocate, answer_buffer, launch_on, load
+from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
 from .paged_variant import (
     CACHE_BYTES_PER_KEY,
     SUPPORTED_NEXT_N,
@@ -127,24 +126,20 @@ def gather_paged(kv_cache, context_lens, block_table, next_n: int):
     blocks = kv_cache.view(num_blocks, block_size * CACHE_BYTES_PER_KEY)
     values = blocks[:, : block_size * DIM].view(num_blocks, block_size, DIM)
     scales = blocks[:, block_size * DIM:].contiguous().view(torch.float32)  # [num_blocks, block_size]
-    lens = context_lens.clamp(0, block_table.shape[1] * block_size).tolist()
     device = kv_cache.device
-    starts = [0]
-    for n in lens:
-        starts.append(starts[-1] + n)
-    counts = torch.tensor(lens, dtype=torch.long, device=device)
-    request = torch.repeat_interleave(torch.arange(len(lens), device=device), counts)
-    first = torch.repeat_interleave(torch.tensor(starts[:-1], dtype=torch.long, device=device), counts)
-    positions = torch.arange(starts[-1], device=device) - first  # each token's position in its request
+    lens = context_lens.clamp(0, block_table.shape[1] * block_size).long()
+    total = int(lens.sum())  # (the readback)
+    offsets = lens.cumsum(0) - lens  # each request's first key in the gathered buffer
+    request = torch.repeat_interleave(torch.arange(lens.numel(), device=device), lens, output_size=total)
+    positions = torch.arange(total, device=device) - offsets[request]  # each token's position in its request
     ids = block_table.long()[request, positions // block_size].clamp(0, num_blocks - 1)
     within = positions % block_size
     k_fp8 = values[ids, within].view(torch.float8_e4m3fn).contiguous()
     k_scale = scales[ids, within].contiguous()
-    start = torch.tensor(starts[:-1], dtype=torch.int32, device=device).repeat_interleave(next_n)
-    length = torch.tensor(lens, dtype=torch.int32, device=device).repeat_interleave(next_n)
-    j = torch.arange(next_n, dtype=torch.int32, device=device).repeat(len(lens))
-    visible = (length - next_n + j + 1).clamp(min=0)
-    return k_fp8, k_scale, start, start + visible
+    start = offsets.repeat_interleave(next_n)
+    j = torch.arange(next_n, device=device).repeat(lens.numel())
+    visible = (lens.repeat_interleave(next_n) - next_n + j + 1).clamp(min=0)
+    return k_fp8, k_scale, start.int(), (start + visible).int()
 
 
 def reference_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int) -> torch.Tensor:
@@ -172,25 +167,32 @@ def gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top
 def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
     """The paged kernel for this shape on this device, or None where none serves (no_paged_kernel
     says why)."""
-    if no_paged_kernel(problem) is not None:
-        return None
-    arch, _ = _device_facts(_index(problem.device))
-    return default_paged_variant(problem.heads, problem.top_k, problem.next_n, problem.block_size, arch.name)
+    return _paged_choice(problem)[0]
 
 
 def no_paged_kernel(problem: PagedProblem) -> str | None:
     """Why no paged kernel serves this shape on this device (then the gathered path does), or None."""
+    return _paged_choice(problem)[1]
+
+
+def _paged_choice(problem: PagedProblem) -> tuple[PagedVariant | None, str | None]:
+    """(the paged kernel's variant, None), or (None, why none serves)."""
     if problem.device.type != "cuda":
-        return f"the tensors are on {problem.device}: the paged kernel runs on CUDA devices"
+        return None, f"the tensors are on {problem.device}: the paged kernel runs on CUDA devices"
     if problem.block_size % 64:
-        return f"block size {problem.block_size}: the paged kernel reads 64-key pieces of a block"
+        return None, f"block size {problem.block_size}: the paged kernel reads 64-key pieces of a block"
     arch, _ = _device_facts(_index(problem.device))
     if arch is None or "wgmma" not in arch.mma_kinds:
         name = torch.cuda.get_device_name(problem.device)
-        return f"{name} is not Hopper (sm_90): the paged kernel is a wgmma kernel"
-    if default_paged_variant(problem.heads, problem.top_k, problem.next_n, problem.block_size, arch.name) is None:
-        return "no variant of the paged kernel fits this shape"
-    return None
+        return None, f"{name} is not Hopper (sm_90): the paged kernel is a wgmma kernel"
+    variant = default_paged_variant(problem.heads, problem.top_k, problem.next_n, problem.block_size, arch.name)
+    return (variant, None) if variant is not None else (None, "no variant of the paged kernel fits this shape")
+
+
+def parts_for(batch: int, capacity: int, device: torch.device) -> int:
+    """parts_per_request on `device` (its SM count): how a launch over `batch` requests whose block-table
+    rows hold `capacity` tokens cuts each request's keys."""
+    return parts_per_request(batch, capacity, _device_facts(_index(device))[1])
 
 
 def _index(device: torch.device) -> int:
@@ -225,11 +227,10 @@ def explain_paged(q, kv_cache, weights, context_lens, block_table, top_k: int, *
     from .library_cache import find_library
 
     problem = check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, check_values=validate)
-    reason = no_paged_kernel(problem)
-    if reason is not None:
+    variant, reason = _paged_choice(problem)
+    if variant is None:
         return PagedDecision(None, reason)
-    variant = paged_variant_for(problem)
-    parts = parts_per_request(problem.batch, problem.capacity, _device_facts(_index(problem.device))[1])
+    parts = parts_for(problem.batch, problem.capacity, problem.device)
     library = find_library(variant)
     if library is None:
         why = "the untuned default for these heads, top-k, next_n and block size; no library is built yet: the first call " \
@@ -274,8 +275,7 @@ def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, bloc
         return out
     lib = load(variant)
     if parts is None:
-        sms = _device_facts(_index(q.device))[1]
-        parts = parts_per_request(batch, block_table.shape[1] * kv_cache.shape[1], sms)
+        parts = parts_for(batch, block_table.shape[1] * kv_cache.shape[1], q.device)
     q, kv_cache = aligned16(q), aligned16(kv_cache)
     context, stream = launch_on(q.device)
     with context:
@@ -285,8 +285,6 @@ def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, bloc
                    kv_cache.shape[0], parts, stream)
     return out
 
-
-_warned: set[str] = set()
 
 
 def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, *,
@@ -310,15 +308,10 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
     if name == GATHERED:
         return _into(out, gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
     chosen = paged_variant_for(problem) if name == AUTO else PagedVariant.from_name(name)
-    if chosen is not None:
-        try:
-            return launch_paged(chosen, q, kv_cache, weights, context_lens, block_table, top_k, out=out)
-        except KernelUnavailable as e:
-            if name != AUTO:
-                raise
-            if chosen.name not in _warned:
-                _warned.add(chosen.name)
-                warnings.warn(f"{e}; the gathered path serves instead", RuntimeWarning, stacklevel=2)
+    # (a forced variant that cannot be had raises KernelUnavailable from launch_paged's load; automatic
+    # dispatch degrades to the gathered path with one warning)
+    if chosen is not None and (name != AUTO or load_or_warn(chosen, "the gathered path") is not None):
+        return launch_paged(chosen, q, kv_cache, weights, context_lens, block_table, top_k, out=out)
     return _into(out, gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
 
 
