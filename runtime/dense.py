@@ -46,7 +46,8 @@ def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, longest_row: int |
     keys (None: unknown; our kernels answer a row that sees more from its first longest_row keys, the
     torch path sees every key). Their ranges need not have been checked: our kernels clamp each row's
     range on the device, and the torch path clamps them before it plans. `out`: our kernels write into it
-    (a contiguous int32 [rows, top_k]; the checks poison it first), the torch path copies into it."""
+    (a contiguous int32 [rows, top_k], checked: loader.answer_buffer; the checks poison it first), the
+    torch path copies into it."""
     if variant is not None:
         lib = load(variant)
     else:
@@ -57,7 +58,7 @@ def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, longest_row: int |
     ks, ke = clamp_ranges(ks, ke, k_fp8.shape[0])  # (its pieces span the ranges: an unchecked one could be huge)
     product = fp8_tensor_core_product if has_fp8_tensor_cores(q.device) else fp32_product
     answer = topk_by_pieces(product, q, k_fp8, k_scale, weights, ks, ke, top_k, budget)
-    return answer if out is None else out.copy_(answer)
+    return answer if out is None else answer_buffer(out, q.shape[0], top_k, q.device).copy_(answer)
 
 
 def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k: int, budget: int,

@@ -76,8 +76,7 @@ def run_checked(problem: Problem, q, k_fp8, k_scale, weights, ks, ke, variant: s
         chosen = choose_variant(problem)
         lib = chosen and load_or_warn(chosen, "the dense path")
         if lib is None:
-            return run_dense(q, k_fp8, k_scale, weights, ks, ke, problem.top_k, problem.longest_row,
-                             out=answer_buffer(out, q.shape[0], problem.top_k, q.device) if out is not None else None)
+            return run_dense(q, k_fp8, k_scale, weights, ks, ke, problem.top_k, problem.longest_row, out=out)
     else:
         chosen = Variant.from_name(variant)
     return launch_variant(chosen, q, k_fp8, k_scale, weights, ks, ke, problem.top_k, out=out, lib=lib)
