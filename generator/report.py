@@ -19,7 +19,7 @@ from pathlib import Path
 
 from runtime.table import load_table, table_meta
 
-from .search import SOURCES, describe_sources, trial_sources
+from .search import SOURCES, describe_sources, total_sources, trial_sources
 from .workers import JOURNAL, storage_for
 
 SQLITE = "sqlite:///"
@@ -61,8 +61,7 @@ def write_report(table: Path, results: list) -> Path:
             names = " ".join(f"[{p.stem.rsplit('-', 1)[-1]}]({p.name})" for p in plots.get(r.bucket.name, []))
             lines.append(f"| {r.bucket.name} | {r.trials} | {_sources_cell(r.trial_sources)} | {r.rejected} | "
                          f"{r.failed} | {r.pruned} | {r.search_s:.0f} | {r.settle_s:.0f} | {names or '-'} |")
-        totals = {s: sum((r.trial_sources or {}).get(s, 0) for r in results) for s in SOURCES}
-        lines += ["", f"This run's measured trials came from: {describe_sources(totals)}.",
+        lines += ["", f"This run's measured trials came from: {describe_sources(total_sources(results))}.",
                   "", time_summary(results, meta.get("search_wall_s")), ""]
     if not plots:
         lines.append(f"(No plots: matplotlib is not installed; `pip install matplotlib`, then `python -m generator "

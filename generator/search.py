@@ -55,6 +55,11 @@ def trial_sources(study: optuna.Study) -> dict[str, int]:
     return out
 
 
+def total_sources(results) -> dict[str, int]:
+    """The trial sources of several buckets' results (study.BucketResult.trial_sources) added up."""
+    return {s: sum((r.trial_sources or {}).get(s, 0) for r in results) for s in SOURCES}
+
+
 def describe_sources(sources: dict[str, int]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sources.items() if n) or "none"
 

@@ -19,9 +19,10 @@ the run of docs/results/h200-2026-12-01-abb3266/sweep.jsonl.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .timing import geometric_mean  # (its summaries' mean; also imported from here)
 
 SWEEP_ROWS = (1, 64, 512, 2048, 8192, 16384)
 SWEEP_KEYS = (8192, 32768, 131072, 524288)
@@ -61,10 +62,6 @@ def read_serving(path: Path) -> dict[tuple, float]:
             d = json.loads(line)
             out[(d["requests"], d["rows"], d["keys"], d["heads"], d["top_k"])] = float(d["ms"])
     return out
-
-
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_path: Path | None,

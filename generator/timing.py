@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 
@@ -45,6 +46,10 @@ def median_ms(fn: Callable[[], object], warmup: int = 2, reps: int = 10, max_sec
         if len(times) >= 3 and sum(times) > 1000 * max_seconds:
             break
     return statistics.median(times)
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def visible_pairs(ks: torch.Tensor, ke: torch.Tensor) -> int:

@@ -659,10 +659,10 @@ def main(args) -> int:
     if results:
         log(time_summary(results, table_meta(path).get("search_wall_s")))
     tuned = [r for r in results if r.best is not None]
-    from .search import SOURCES, describe_sources
+    from .search import describe_sources, total_sources
 
-    totals = {s: sum((r.trial_sources or {}).get(s, 0) for r in results) for s in SOURCES}
     failed = sum(r.failed for r in results)
-    log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; their measured trials came from: {describe_sources(totals)}"
+    log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; their measured trials came from: "
+        f"{describe_sources(total_sources(results))}"
         f"{f'; {failed} failed (their reasons above and in the trials)' if failed else ''}; table: {path}")
     return 0 if len(tuned) == len(buckets) else 1
