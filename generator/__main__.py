@@ -187,7 +187,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dense", action="store_true", help="also verify the dense path")
     p.add_argument("--shipped", action="store_true",
                    help="every variant a tuned table dispatches or a default names, and every dense variant, on "
-                        "every family; selector-warp variants also on launches whose tail is split")
+                        "every family; selector-warp variants also on launches whose tail is split; on Hopper every "
+                        "shipped paged decode variant on every family laid out in pages")
     p.add_argument("--large", action="append", default=[], metavar="MxN", help="spot-check a large causal chunk")
     p.add_argument("--sample-rows", type=int, default=48, help="rows verified in a --large chunk")
     p.add_argument("--time", action="append", default=[], metavar="MxN", help="time fused vs dense on a causal chunk")

@@ -26,9 +26,13 @@ from runtime.defaults import default_variants
 from runtime.dense import dense_mqa_topk, run_dense
 from runtime.dense_variant import DenseVariant
 from runtime.fused import launch_variant
+from runtime.kernel_code import paged_code_digest
+from runtime.paged import launch_paged
+from runtime.paged_variant import PagedVariant
 from runtime.scoring import logits_window
 from runtime.variant import Variant
 
+from .paged_workloads import make_paged_workload, verify_paged
 from .provenance import code_digest
 from .space import AXES
 from .timing import median_ms, scoring_tflops, visible_pairs
@@ -220,6 +224,53 @@ def shipped_checks(families: Iterable[str], rows: int, keys: int, sms: int) -> l
     return checks
 
 
+# A decode step's requests: off the block size, shorter than every top_k, empty, shorter than next_n,
+# several tiles; with shared prefix blocks (prefix caching) and a shuffled block table.
+PAGED_CONTEXTS = (9000, 130, 0, 3, 2049, 12000, 64, 4100)
+
+
+def paged_check_name(variant: PagedVariant, family: str, contexts, parts: int, seed: int) -> str:
+    return f"{variant.name} {family} contexts={','.join(map(str, contexts))} parts={parts} seed={seed}"
+
+
+def verify_paged_variant(variant: PagedVariant, family: str, contexts, parts: int, seed: int) -> Check:
+    """The paged kernel on a step laid out in pages, over a poisoned output, every row verified
+    strictly, and run again with the other split (one part, or `parts`): the same bytes, or the check
+    fails (each part's list is exact, so no split may change the answer)."""
+    wl = make_paged_workload(family, list(contexts), variant.next_n, variant.heads, variant.top_k, seed=seed,
+                             device="cuda", shared_prefix=2, table_slack=2)
+
+    def run(split: int) -> torch.Tensor:
+        out = torch.full((wl.batch * wl.next_n, wl.top_k), POISON, dtype=torch.int32, device="cuda")
+        launch_paged(variant, *wl.args(), out=out, parts=split)
+        torch.cuda.synchronize()
+        return out
+
+    out = run(parts)
+    repeat = repeat_detail(out, run(1 if parts > 1 else 3))
+    poisoned = int((out == POISON).sum())
+    report = verify_paged(out, wl, strict=True)
+    return Check(paged_check_name(variant, family, contexts, parts, seed), report.ok and not poisoned and not repeat,
+                 report.summary() + (f"; {poisoned} unwritten" if poisoned else "") + repeat)
+
+
+def pending_paged(variant: PagedVariant, family: str, contexts, parts: int, seed: int) -> Pending:
+    return Pending(paged_check_name(variant, family, contexts, parts, seed),
+                   lambda: verify_paged_variant(variant, family, contexts, parts, seed))
+
+
+def shipped_paged_checks(families: Iterable[str]) -> list[Pending]:
+    """Every paged decode variant the runtime ships, on every family laid out in pages, split into
+    four parts a request (against one part's bytes), and one long request split across the GPU."""
+    from .shipped import shipped_paged_variants
+
+    checks = []
+    for v in shipped_paged_variants():
+        checks += [pending_paged(v, fam, PAGED_CONTEXTS, 4, 800 + i) for i, fam in enumerate(families)]
+        checks.append(pending_paged(v, "random", (200_000,), 48, 900))
+    return checks
+
+
 def time_pair(variant: Variant, rows: int, keys: int, seed: int = 0) -> dict:
     wl = make_workload("random", rows, keys, variant.heads, variant.top_k, seed=seed, device="cuda")
     args = wl.args()
@@ -254,7 +305,7 @@ def main(args) -> int:
     arch = arch_for_capability(*torch.cuda.get_device_capability())
     variants = [Variant.from_name(n) for n in args.variant] or [
         v for h in AXES["heads"] for k in AXES["top_k"] for v in default_variants(h, k, arch.name)]
-    code = code_digest()
+    code = f"{code_digest()}.{paged_code_digest()}"  # (a log's passes stand while neither kernel code changed)
     done = passed_in_log(args.log, code) if args.resume else set()
     log = open(args.log, "a") if args.log else None
     checks: list[Check] = []
@@ -271,6 +322,8 @@ def main(args) -> int:
     pending: list[Pending] = []
     if args.shipped:
         pending += shipped_checks(families, args.rows, args.keys, torch.cuda.get_device_properties(0).multi_processor_count)
+        if arch.name == "sm90a":  # (the paged kernel is Hopper's; other GPUs gather and take the prefill paths)
+            pending += shipped_paged_checks(families)
         variants = []
     for v in variants:
         for i, fam in enumerate(families):

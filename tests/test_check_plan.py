@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from generator import check
-from generator.check import Check, Pending, passed_in_log, run_checks, shipped_checks
+from generator.check import Check, Pending, passed_in_log, run_checks, shipped_checks, shipped_paged_checks
 from generator.provenance import code_digest
-from generator.shipped import shipped_dense_variants, shipped_variants
+from generator.shipped import shipped_dense_variants, shipped_paged_variants, shipped_variants
 from generator.workloads import FAMILIES
 
 
@@ -21,6 +21,15 @@ def test_shipped_checks_are_named_uniquely_and_cover_every_shipped_variant():
             assert sum(n.startswith(v.name + " ") for n in names) >= len(FAMILIES), v.name
     split = [n for n in names if n.endswith("(split tail)")]
     assert split and all(f"M={(132 + 3) * int(n.split('_r')[1][0])} " in n for n in split)
+
+
+def test_shipped_paged_checks_cover_every_paged_variant_on_every_family_and_a_split_request():
+    names = [p.what for p in shipped_paged_checks(FAMILIES)]
+    assert len(names) == len(set(names))
+    for v in shipped_paged_variants():
+        mine = [n for n in names if n.startswith(v.name + " ")]
+        assert {n.split()[1] for n in mine} == set(FAMILIES), v.name
+        assert any("contexts=200000 " in n for n in mine), "no check splits one long request across the GPU"
 
 
 def test_a_check_is_called_what_its_plan_called_it(monkeypatch):
