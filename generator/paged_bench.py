@@ -36,25 +36,47 @@ def copy_rate(nbytes: int = 2 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
-def random_step(batch: int, context: int, next_n: int, heads: int, top_k: int, block_size: int = 64, seed: int = 0):
-    """A decode step of `batch` requests of `context` tokens on random data, made on the GPU: every
-    request's blocks distinct and shuffled over the cache; positive weights."""
-    gen = torch.Generator(device="cuda")
+# The data a step is timed on. The streaming top-k's cost depends on how often a tile's keys beat its
+# running threshold: random data settles it early; recency (scores rising along the context, as an
+# indexer's do near the query) keeps raising it, the worst case of a streaming selection.
+DISTRIBUTIONS = {
+    "positive": "random keys and queries, positive weights",
+    "signed": "random keys and queries, signed weights",
+    "indexer": "positive weights, per-token scales spread over 16x, rising 4x from a request's first token to its "
+               "last (recency), its first 4 tokens 8x (attention sinks)",
+}
+
+
+def random_step(batch: int, context: int, next_n: int, heads: int, top_k: int, block_size: int = 64, seed: int = 0,
+                distribution: str = "positive", device="cuda"):
+    """A decode step of `batch` requests of `context` tokens, made on `device`: every request's blocks
+    distinct and shuffled over the cache; data by `distribution` (DISTRIBUTIONS)."""
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {distribution!r}")
+    gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     blocks = -(-context // block_size)
     num_blocks = batch * blocks
-    cache = torch.empty(num_blocks, block_size * CACHE_BYTES_PER_KEY, dtype=torch.uint8, device="cuda")
+    table = torch.randperm(num_blocks, generator=gen, device=device).to(torch.int32)
+    logical = torch.empty_like(table)  # each cache block's place in its request
+    logical[table.long()] = torch.arange(num_blocks, dtype=torch.int32, device=device) % blocks
+    cache = torch.empty(num_blocks, block_size * CACHE_BYTES_PER_KEY, dtype=torch.uint8, device=device)
     for lo in range(0, num_blocks, 4096):  # in slices: the fp32 randn of a whole cache would not fit
         hi = min(lo + 4096, num_blocks)
-        values = torch.randn(hi - lo, block_size * 128, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        values = torch.randn(hi - lo, block_size * 128, generator=gen, device=device).to(torch.float8_e4m3fn)
         cache[lo:hi, : block_size * 128] = values.view(torch.uint8)
-        scales = torch.rand(hi - lo, block_size, generator=gen, device="cuda") + 0.5
+        scales = torch.rand(hi - lo, block_size, generator=gen, device=device) + 0.5
+        if distribution == "indexer":
+            position = logical[lo:hi, None].float() * block_size + torch.arange(block_size, device=device)
+            scales = (torch.rand(hi - lo, block_size, generator=gen, device=device) * 4 - 2).exp2()
+            scales = scales * (1 + 3 * position / max(context - 1, 1)) * torch.where(position < 4, 8.0, 1.0)
         cache[lo:hi, block_size * 128:] = scales.view(torch.uint8)
-    table = torch.randperm(num_blocks, generator=gen, device="cuda").to(torch.int32).view(batch, blocks)
-    q = torch.randn(batch, next_n, heads, 128, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-    weights = torch.rand(batch * next_n, heads, generator=gen, device="cuda")
-    lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
-    return (q, cache.view(num_blocks, block_size, 1, CACHE_BYTES_PER_KEY), weights, lens, table, top_k)
+    q = torch.randn(batch, next_n, heads, 128, generator=gen, device=device).to(torch.float8_e4m3fn)
+    weights = torch.rand(batch * next_n, heads, generator=gen, device=device)
+    if distribution == "signed":
+        weights = weights * 2 - 1
+    lens = torch.full((batch,), context, dtype=torch.int32, device=device)
+    return (q, cache.view(num_blocks, block_size, 1, CACHE_BYTES_PER_KEY), weights, lens, table.view(batch, blocks), top_k)
 
 
 def graph_replay_ms(fn) -> float:
@@ -67,7 +89,7 @@ def graph_replay_ms(fn) -> float:
     return median_ms(graph.replay, warmup=3, reps=20, hide_launch=True)
 
 
-def time_step(args, rate: float, gathered: bool = True) -> dict:
+def time_step(args, rate: float, gathered: bool = True, distribution: str = "positive") -> dict:
     q, cache, _weights, lens, table, top_k = args
     batch, next_n, heads = q.shape[:3]
     context = int(lens[0])
@@ -79,7 +101,7 @@ def time_step(args, rate: float, gathered: bool = True) -> dict:
     call = lambda: paged_mqa_topk(*args, validate=False)
     eager = median_ms(call, warmup=3, reps=20)
     replay = graph_replay_ms(call)
-    row = {"batch": batch, "context": context, "next_n": next_n, "heads": heads, "top_k": top_k,
+    row = {"distribution": distribution, "batch": batch, "context": context, "next_n": next_n, "heads": heads, "top_k": top_k,
            "variant": variant.name if variant else None, "parts": parts, "step_mib": step_bytes / 2**20,
            "workspace_mib": load(variant).workspace_bytes(batch, parts) / 2**20 if variant else 0.0,
            "floor_ms": floor_ms, "eager_ms": eager, "graph_ms": replay, "share_of_floor": floor_ms / replay}
@@ -89,18 +111,18 @@ def time_step(args, rate: float, gathered: bool = True) -> dict:
 
 
 def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_ks=TOP_K, out=sys.stdout,
-          gathered: bool = True, memory_limit: int = 48 << 30) -> list[dict]:
+          gathered: bool = True, memory_limit: int = 48 << 30, distributions=("positive",)) -> list[dict]:
     """Every point of the grid whose cache fits memory_limit, one json line each, and the copy rate first."""
     rate = copy_rate()
     print(json.dumps({"copy_rate_bytes_per_s": rate, "gpu": torch.cuda.get_device_name()}), file=out, flush=True)
     rows = []
-    for batch, context in itertools.product(batches, contexts):
+    for distribution, batch, context in itertools.product(distributions, batches, contexts):
         if batch * context * CACHE_BYTES_PER_KEY > memory_limit:
             continue
         for h, next_n in itertools.product(heads, next_ns):
-            args = random_step(batch, context, next_n, h, top_ks[0])
+            args = random_step(batch, context, next_n, h, top_ks[0], distribution=distribution)
             for top_k in top_ks:
-                row = time_step((*args[:5], top_k), rate, gathered)
+                row = time_step((*args[:5], top_k), rate, gathered, distribution)
                 rows.append(row)
                 print(json.dumps(row), file=out, flush=True)
             del args
@@ -114,6 +136,9 @@ def add_arguments(p) -> None:
     p.add_argument("--next-n", dest="next_n", type=int, action="append", help=f"rows a request (default {NEXT_N})")
     p.add_argument("--heads", type=int, action="append", choices=HEADS)
     p.add_argument("--top-k", dest="top_k", type=int, action="append", choices=TOP_K + (1024,))
+    p.add_argument("--distribution", action="append", choices=list(DISTRIBUTIONS),
+                   help="data the steps are timed on (default positive; each given is timed): " +
+                        "; ".join(f"{k}: {v}" for k, v in DISTRIBUTIONS.items()))
     p.add_argument("--no-gathered", dest="gathered", action="store_false", help="do not time the gathered path")
     p.add_argument("--log", help="write the JSON lines here (default: stdout)")
 
@@ -126,7 +151,8 @@ def main(args) -> int:
     out = open(args.log, "w") if args.log else sys.stdout  # noqa: SIM115 -- closed below, or stdout
     try:
         rows = sweep(args.batch or BATCHES, args.context or CONTEXTS, args.next_n or NEXT_N, args.heads or HEADS,
-                     args.top_k or TOP_K, out=out, gathered=args.gathered)
+                     args.top_k or TOP_K, out=out, gathered=args.gathered,
+                     distributions=args.distribution or ("positive",))
     finally:
         if out is not sys.stdout:
             out.close()

@@ -231,3 +231,21 @@ def test_the_cli_takes_paged_variant_names_and_rejects_invalid_ones(capsys):
     assert valid_specs([good.name]) == [good]
     assert valid_specs([good.name.replace("_p64_", "_p32_")]) is None
     assert "block_size 32" in capsys.readouterr().err
+
+
+def test_the_decode_bench_distributions_lay_their_data_out_by_position():
+    """The bench's indexer-like steps rise along each request's context and weigh its first tokens
+    (read back through the shuffled block table); signed ones carry negative weights; all are valid."""
+    from generator.paged_bench import DISTRIBUTIONS, random_step
+
+    for distribution in DISTRIBUTIONS:
+        args = random_step(3, 1000, 2, 32, 512, distribution=distribution, device="cpu")
+        check_paged_inputs(*args)
+        _, k_scale, _, _ = gather_paged(args[1], args[3], args[4], 2)
+        per_request = k_scale.view(3, 1000)
+        assert (args[2] < 0).any() == (distribution == "signed")
+        if distribution == "indexer":
+            assert (per_request[:, 900:].mean(1) > 2.5 * per_request[:, 4:100].mean(1)).all()
+            assert (per_request[:, :4].mean(1) > 4 * per_request[:, 4:100].mean(1)).all()
+    with pytest.raises(ValueError, match="distribution"):
+        random_step(1, 64, 1, 32, 512, distribution="uniform", device="cpu")
