@@ -95,7 +95,7 @@ def time_step(args, rate: float, gathered: bool = True, distribution: str = "pos
     context = int(lens[0])
     problem = check_paged_inputs(*args, check_values=False)
     variant = paged_variant_for(problem)
-    parts = parts_for(batch, problem.capacity, q.device)
+    parts = parts_for(batch, problem.capacity, top_k, q.device)
     step_bytes = batch * context * CACHE_BYTES_PER_KEY
     floor_ms = step_bytes / rate * 1e3
     call = lambda: paged_mqa_topk(*args, validate=False)

@@ -40,6 +40,11 @@ REFERENCE = "reference"
 # time); but each part's list (up to top_k entries) is merged by one CTA, so parts of fewer tokens than
 # a list holds would add merging, not take scanning away (BENCHMARKS.md, "Decode from the paged cache").
 MIN_PART_KEYS = 2048
+# A part's scan shrinks as 1/parts while the merge of the parts' lists grows as parts x top_k, so the
+# step is quickest near parts ~ sqrt(capacity / top_k): this many parts at 128K tokens and top-2048
+# (fitted to the graph-replayed times of one to 16 requests of 8K-128K tokens, 64 heads, next_n 1-2:
+# BENCHMARKS.md, "Decode from the paged cache").
+PARTS_AT_128K_TOP_2048 = 16
 
 
 class PagedProblem(NamedTuple):
@@ -189,10 +194,10 @@ def _paged_choice(problem: PagedProblem) -> tuple[PagedVariant | None, str | Non
     return (variant, None) if variant is not None else (None, "no variant of the paged kernel fits this shape")
 
 
-def parts_for(batch: int, capacity: int, device: torch.device) -> int:
+def parts_for(batch: int, capacity: int, top_k: int, device: torch.device) -> int:
     """parts_per_request on `device` (its SM count): how a launch over `batch` requests whose block-table
     rows hold `capacity` tokens cuts each request's keys."""
-    return parts_per_request(batch, capacity, _device_facts(_index(device))[1])
+    return parts_per_request(batch, capacity, top_k, _device_facts(_index(device))[1])
 
 
 def _index(device: torch.device) -> int:
@@ -230,7 +235,7 @@ def explain_paged(q, kv_cache, weights, context_lens, block_table, top_k: int, *
     variant, reason = _paged_choice(problem)
     if variant is None:
         return PagedDecision(None, reason)
-    parts = parts_for(problem.batch, problem.capacity, problem.device)
+    parts = parts_for(problem.batch, problem.capacity, problem.top_k, problem.device)
     library = find_library(variant)
     if library is None:
         why = "the untuned default for these heads, top-k, next_n and block size; no library is built yet: the first call " \
@@ -249,13 +254,14 @@ def _device_facts(index: int) -> tuple[Arch | None, int]:
 
 
 @lru_cache(maxsize=1024)
-def parts_per_request(batch: int, capacity: int, sms: int) -> int:
+def parts_per_request(batch: int, capacity: int, top_k: int, sms: int) -> int:
     """How many parts a request's keys are cut into (a fixed choice from the shapes: the lengths stay on
     the device). Parts of equal requests take equal time, so a launch lasts ceil(batch x parts / sms)
-    parts' times: the fewest parts that come within 10% of its minimum, each at least MIN_PART_KEYS tokens of the block
-    table's capacity (a part's list is merged by one CTA: many short parts would make the merge, not
-    the scan, the step's cost)."""
-    most = max(1, min(capacity // MIN_PART_KEYS, 4 * sms))
+    parts' times: the fewest parts that come within 10% of its minimum, each at least MIN_PART_KEYS
+    tokens of the block table's capacity, and no more than the merge's balance allows
+    (PARTS_AT_128K_TOP_2048, scaled as sqrt(capacity / top_k))."""
+    balance = max(1, round(PARTS_AT_128K_TOP_2048 * math.sqrt(capacity / 131072 * 2048 / top_k)))
+    most = max(1, min(capacity // MIN_PART_KEYS, 4 * sms, balance))
     span = {p: math.ceil(batch * p / sms) / p for p in range(1, most + 1)}  # in a whole request's scans
     best = min(span.values())
     return min(p for p, s in span.items() if s <= 1.1 * best)  # (fewer parts where more gain under 10%)
@@ -275,7 +281,7 @@ def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, bloc
         return out
     lib = load(variant)
     if parts is None:
-        parts = parts_for(batch, block_table.shape[1] * kv_cache.shape[1], q.device)
+        parts = parts_for(batch, block_table.shape[1] * kv_cache.shape[1], top_k, q.device)
     q, kv_cache = aligned16(q), aligned16(kv_cache)
     context, stream = launch_on(q.device)
     with context:

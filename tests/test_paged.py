@@ -160,12 +160,14 @@ def test_variant_names_parse_back_and_every_supported_shape_has_a_default():
 
 
 def test_parts_fill_the_gpu_only_where_the_table_holds_long_contexts():
-    assert 120 <= parts_per_request(1, 1 << 20, 132) <= 132  # most SMs busy
-    assert parts_per_request(1, 8192, 132) == 4  # parts of at least 2K tokens
-    assert parts_per_request(1, 2048, 132) == 1
-    assert parts_per_request(256, 1 << 20, 132) == 1
-    assert parts_per_request(16, 1 << 17, 132) == 8  # 128 items: one wave (9 parts would take two)
-    assert parts_per_request(64, 1 << 17, 132) == 2
+    assert parts_per_request(1, 1 << 17, 2048, 132) == 15  # the merge's balance: about sqrt(capacity / top_k)
+    assert parts_per_request(1, 1 << 17, 512, 132) == 30
+    assert 30 <= parts_per_request(1, 1 << 20, 2048, 132) <= 45  # more parts for longer contexts, not every SM
+    assert parts_per_request(1, 8192, 2048, 132) == 4  # parts of at least 2K tokens
+    assert parts_per_request(1, 2048, 2048, 132) == 1
+    assert parts_per_request(256, 1 << 20, 2048, 132) == 1
+    assert parts_per_request(16, 1 << 17, 2048, 132) == 8  # 128 items: one wave (9 parts would take two)
+    assert parts_per_request(64, 1 << 17, 2048, 132) == 2
 
 
 @requires_nvcc
