@@ -21,7 +21,6 @@ answer came last (the step's critical path).
 
 from __future__ import annotations
 
-import ctypes
 import statistics
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools.cli import variant_tool_parser  # noqa: E402
-from tools.timeline import CTAS, EVENTS, GLOBAL_END, GLOBAL_START, MARKS, cmd_build  # noqa: E402
+from tools.timeline import GLOBAL_END, GLOBAL_START, MARKS, Marks, cmd_build  # noqa: E402
 
 # The marks of an item: 0 wait, 1 Q ready, 2 scan end, 3 cycles compacting during the scan (a duration),
 # 4 published (or answered, one part), 5 merged (the merging CTA only), 6 answered (the merging CTA only).
@@ -80,7 +79,6 @@ def launch_phases(marks) -> dict | None:
 
 
 def cmd_run(args) -> int:
-    import numpy as np
     import torch
 
     from generator.paged_bench import graph_replay_ms, random_step
@@ -95,10 +93,7 @@ def cmd_run(args) -> int:
         variant = spec_from_name(name)
         path = library_path(args.out, variant.name)
         lib = PagedLibrary(variant, str(path))
-        raw = ctypes.CDLL(str(path))
-        raw.mqa_topk_timeline_bytes.restype = ctypes.c_size_t
-        raw.mqa_topk_timeline_read.argtypes = [ctypes.c_void_p]
-        assert raw.mqa_topk_timeline_bytes() == CTAS * EVENTS * MARKS * 8, "timeline.cuh's sizes changed"
+        timeline = Marks(path)
         for spec in args.shape:
             batch, context = (int(x) for x in spec.split("x"))
             q, cache, weights, lens, table, top_k = random_step(batch, context, variant.next_n, variant.heads,
@@ -117,14 +112,10 @@ def cmd_run(args) -> int:
             launches = []
             for _ in range(args.launches):
                 torch.cuda.synchronize()
-                if raw.mqa_topk_timeline_clear():
-                    raise SystemExit("mqa_topk_timeline_clear failed")
+                timeline.clear()
                 run()
                 torch.cuda.synchronize()
-                marks = np.zeros((CTAS, EVENTS, MARKS), dtype=np.uint64)
-                if raw.mqa_topk_timeline_read(marks.ctypes.data):
-                    raise SystemExit("mqa_topk_timeline_read failed")
-                if (phases := launch_phases(marks)) is not None:
+                if (phases := launch_phases(timeline.read())) is not None:
                     launches.append(phases)
             if not launches:
                 print(f"{variant.name} {spec}: no marks (was the library built by `paged_timeline.py build`?)")

@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runtime.build import nvcc_flags, spec_from_name  # noqa: E402
-from runtime.toolchain import nvcc_path  # noqa: E402
 from runtime.render import render  # noqa: E402
+from runtime.toolchain import nvcc_path  # noqa: E402
 from tools.cli import variant_tool_parser  # noqa: E402
 
 DEFINE = "-DFUSED_MQA_TOPK_TIMELINE"
@@ -65,6 +65,29 @@ def cmd_build(args) -> int:
         else:
             print(f"built {lib}")
     return 0 if ok else 1
+
+
+class Marks:
+    """The timeline marks of a library built by `build`: cleared before a launch, read after it."""
+
+    def __init__(self, path: Path):
+        self._lib = ctypes.CDLL(str(path))
+        self._lib.mqa_topk_timeline_bytes.restype = ctypes.c_size_t
+        self._lib.mqa_topk_timeline_read.argtypes = [ctypes.c_void_p]
+        assert self._lib.mqa_topk_timeline_bytes() == CTAS * EVENTS * MARKS * 8, "timeline.cuh's sizes changed"
+
+    def clear(self) -> None:
+        if self._lib.mqa_topk_timeline_clear():
+            raise SystemExit("mqa_topk_timeline_clear failed")
+
+    def read(self):
+        """[CTAS, EVENTS, MARKS] uint64 (numpy)."""
+        import numpy as np
+
+        marks = np.zeros((CTAS, EVENTS, MARKS), dtype=np.uint64)
+        if self._lib.mqa_topk_timeline_read(marks.ctypes.data):
+            raise SystemExit("mqa_topk_timeline_read failed")
+        return marks
 
 
 def launch_phases(marks) -> dict | None:
@@ -142,7 +165,6 @@ def report(launches: list, label: str) -> str:
 
 
 def cmd_run(args) -> int:
-    import numpy as np
     import torch
 
     from generator.timing import event_ms
@@ -154,10 +176,7 @@ def cmd_run(args) -> int:
         variant = spec_from_name(name)
         path = library_path(args.out, variant.name)
         lib = KernelLibrary(variant, str(path))
-        raw = ctypes.CDLL(str(path))
-        raw.mqa_topk_timeline_bytes.restype = ctypes.c_size_t
-        raw.mqa_topk_timeline_read.argtypes = [ctypes.c_void_p]
-        assert raw.mqa_topk_timeline_bytes() == CTAS * EVENTS * MARKS * 8, "timeline.cuh's sizes changed"
+        timeline = Marks(path)
         for spec in args.shape:
             rows, keys = (int(x) for x in spec.split("x"))
             wl = make_workload(args.family, rows, keys, variant.heads, variant.top_k, seed=1, device="cuda")
@@ -168,13 +187,9 @@ def cmd_run(args) -> int:
             launches = []
             for _ in range(args.launches):
                 torch.cuda.synchronize()
-                if raw.mqa_topk_timeline_clear():
-                    raise SystemExit("mqa_topk_timeline_clear failed")
+                timeline.clear()
                 ms = event_ms(run)
-                marks = np.zeros((CTAS, EVENTS, MARKS), dtype=np.uint64)
-                if raw.mqa_topk_timeline_read(marks.ctypes.data):
-                    raise SystemExit("mqa_topk_timeline_read failed")
-                phases = launch_phases(marks)
+                phases = launch_phases(timeline.read())
                 if phases is not None:
                     phases["ms"] = ms
                 launches.append(phases)
