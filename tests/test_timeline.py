@@ -85,7 +85,7 @@ def test_marks_only_where_asked_for(tmp_path):
 
 def test_timeline_refuses_streaming_variants(tmp_path):
     tool = load_tool()
-    with pytest.raises(SystemExit, match="gated kernel only"):
+    with pytest.raises(SystemExit, match="gated and paged kernels only"):
         tool.cmd_build(argparse.Namespace(variant=[default_variant(32, 2048, gated=False).name], out=str(tmp_path)))
 
 
