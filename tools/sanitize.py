@@ -7,8 +7,10 @@ this project's kernels instrumented (torch's own run natively): the gated kernel
 selecting, with three and with seven selector warps on a launch whose every block is split into
 parts of its keys, the gated kernel on all_equal (every block overflows and is rescanned by the
 streaming kernel compiled into the same library), the streaming wgmma and the portable mma.sync
-kernels, and the dense path's logits and top-k kernels over several pieces. A line passes when the
-tool reports 0 errors (racecheck: 0 hazards) and the launch's answers verify.
+kernels, the dense path's logits and top-k kernels over several pieces, and the paged decode kernel
+(a step cut into parts whose lists one CTA merges; and ties at the k-th place, which run its select
+over keys). A line passes when the tool reports 0 errors (racecheck: 0 hazards) and the launch's
+answers verify.
 
 What racecheck cannot see: it tracks shared memory only. The split tail hands a block's parts'
 candidates and counts to the CTA that finishes the block's last part through global memory (a
@@ -31,13 +33,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-KERNELS = "kns=fused_mqa_topk|dense_logits|dense_topk|heaviest_first"
+KERNELS = "kns=fused_mqa_topk|dense_logits|dense_topk|heaviest_first|paged_mqa_topk"
 
 
 def cases() -> list[tuple[str, str, int, int, str]]:
     """(what, variant name, rows, keys, family)."""
     from runtime.defaults import default_variant
     from runtime.dense_variant import default_dense_variant
+    from runtime.paged_variant import default_paged_variant
 
     gated = default_variant(32, 2048, gated=True)
     # At top-512 a part may be 8,192 keys (4 x the gate floor): 20,000 keys split each block in two,
@@ -54,6 +57,9 @@ def cases() -> list[tuple[str, str, int, int, str]]:
         ("streaming wgmma", default_variant(32, 2048, gated=False).name, 16, 12_000, "random"),
         ("mma.sync", default_variant(32, 2048, mma="mmasync").name, 16, 12_000, "random"),
         ("dense", default_dense_variant(32, 2048).name, 64, 12_000, "random"),
+        # (rows: requests, keys: tokens a request; four parts a request, merged by the last one's CTA)
+        ("paged, parts merged", default_paged_variant(64, 2048, 1, 64).name, 2, 9_000, "random"),
+        ("paged, ties at the k-th", default_paged_variant(32, 512, 2, 64).name, 2, 3_000, "all_equal"),
     ]
 
 
@@ -70,7 +76,7 @@ def run_one(tool: str, case, timeout: int) -> tuple[bool, str]:
         return False, f"{tool:9s} {what:32s} timed out after {timeout} s"
     text = proc.stdout + proc.stderr
     summary = re.findall(r"(?:ERROR|RACECHECK) SUMMARY: ([^\n]*)", text)
-    verified = re.search(r"^mqa_\S+ .*$", proc.stdout, re.M)
+    verified = re.search(r"^(?:mqa|paged_topk)_\S+ .*$", proc.stdout, re.M)
     clean = bool(summary) and all(re.match(r"0 (errors|hazards)", s) for s in summary)
     ok = clean and proc.returncode == 0 and verified is not None and ": ok" in verified.group(0)
     line = (f"{tool:9s} {what:32s} {'PASS' if ok else 'FAIL'}  {'; '.join(summary) or 'no summary'}  |  "

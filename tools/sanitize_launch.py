@@ -1,6 +1,9 @@
-"""One small launch of a fused or dense variant, verified, for running under compute-sanitizer:
+"""One small launch of a fused, dense or paged variant, verified, for running under compute-sanitizer:
 
     compute-sanitizer --tool racecheck python tools/sanitize_launch.py VARIANT [--rows 64] [--keys 70000]
+
+A paged variant (paged_topk_...) runs a decode step of --rows requests of --keys tokens each, cut
+into --parts parts a request (the parts' lists merged by the CTA that finishes a request's last).
 
 tools/sanitize.py runs every tool over every kind of kernel this way. The default shape has fewer row
 blocks than SMs, so a selector-warp (`_sw3`, `_sw7`) variant splits every block into parts of at
@@ -20,20 +23,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> int:
     import torch
 
+    from generator.paged_workloads import make_paged_workload, verify_paged
     from generator.verify import verify_topk
     from generator.workloads import make_workload
     from runtime.build import spec_from_name
     from runtime.dense import dense_mqa_topk
     from runtime.dense_variant import DenseVariant
     from runtime.fused import launch_variant
+    from runtime.paged import launch_paged
+    from runtime.paged_variant import PagedVariant
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("variant")
     p.add_argument("--rows", type=int, default=64)
     p.add_argument("--keys", type=int, default=70_000)
     p.add_argument("--family", default="random")
+    p.add_argument("--parts", type=int, default=4, help="parts a request (paged variants)")
     args = p.parse_args()
     v = spec_from_name(args.variant)
+    if isinstance(v, PagedVariant):
+        wl = make_paged_workload(args.family, [args.keys] * args.rows, v.next_n, v.heads, v.top_k, seed=3, device="cuda")
+        out = launch_paged(v, *wl.args(), parts=args.parts)
+        torch.cuda.synchronize()
+        report = verify_paged(out, wl)
+        print(v.name, f"{args.rows}x{args.keys} {args.family}, {args.parts} parts:", report.summary())
+        return 0 if report.ok else 1
     wl = make_workload(args.family, args.rows, args.keys, v.heads, v.top_k, seed=3, device="cuda")
     stats: dict = {}
     if isinstance(v, DenseVariant):  # pieces of 4 MiB of logits: several launches of both kernels
