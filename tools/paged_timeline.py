@@ -5,7 +5,8 @@ for every work item (one part of one request) of every CTA:
 
     wait (its Q tile) | scan (of which: compacting the candidate buffer) | publish (its rows' lists to
     the workspace, or with one part the answer) | merge (the CTA that finished the request's last part:
-    the other parts' lists into its buffer) | answer (that CTA: the select and the ascending write)
+    the other parts' lists into its buffer) | answer (that CTA: the select and the ascending write; where
+    the buffer holds more than top_k, split into the select's passes, its compaction, the ascending write)
 
 and each CTA's first and last global-timer reading, so the launch's span is known beside its time by
 CUDA graph replay (the difference: the launch itself and the workspace's memset node).
@@ -31,8 +32,9 @@ from tools.cli import variant_tool_parser  # noqa: E402
 from tools.timeline import GLOBAL_END, GLOBAL_START, MARKS, Marks, cmd_build  # noqa: E402
 
 # The marks of an item: 0 wait, 1 Q ready, 2 scan end, 3 cycles compacting during the scan (a duration),
-# 4 published (or answered, one part), 5 merged (the merging CTA only), 6 answered (the merging CTA only).
-WAIT, READY, SCANNED, COMPACTING, PUBLISHED, MERGED, ANSWERED = range(7)
+# 4 published (or answered, one part), 5 merged (the merging CTA only), 6 answered (the merging CTA only),
+# 7 its answer's k-th entry found (the select's passes), 8 its buffer compacted to it (row 0 of the request).
+WAIT, READY, SCANNED, COMPACTING, PUBLISHED, MERGED, ANSWERED, SELECTED, COMPACTED = range(9)
 
 
 def launch_phases(marks) -> dict | None:
@@ -62,7 +64,11 @@ def launch_phases(marks) -> dict | None:
             if x[ANSWERED]:
                 # the merging CTA's end on the global timer, from its clock (cycles after its first mark)
                 end_ns = starts[c] + (x[ANSWERED] - first) / max(rates[-1] if rates else 1.0, 1e-9)
-                merges.append({"merge": x[MERGED] - x[PUBLISHED], "answer": x[ANSWERED] - x[MERGED], "end_ns": end_ns})
+                merge = {"merge": x[MERGED] - x[PUBLISHED], "answer": x[ANSWERED] - x[MERGED], "end_ns": end_ns}
+                if x[SELECTED] and x[COMPACTED]:
+                    merge |= {"select": x[SELECTED] - x[MERGED], "compact": x[COMPACTED] - x[SELECTED],
+                              "ascending": x[ANSWERED] - x[COMPACTED]}
+                merges.append(merge)
     if not items:
         return None
     ghz = float(np.median(rates)) if rates else float("nan")
@@ -74,7 +80,9 @@ def launch_phases(marks) -> dict | None:
         out[key + "_us"] = us(statistics.median(i[key] for i in items))
     if merges:
         last = max(merges, key=lambda x: x["end_ns"])
-        out["merge_us"], out["answer_us"] = us(last["merge"]), us(last["answer"])
+        for key in ("merge", "answer", "select", "compact", "ascending"):
+            if key in last:
+                out[key + "_us"] = us(last[key])
     return out
 
 
@@ -130,7 +138,9 @@ def cmd_run(args) -> int:
             print(f"  an item: wait {med['wait_us']:.1f} us, scan {med['scan_us']:.1f} (compacting "
                   f"{med['compacting_us']:.1f}), publish {med['publish_us']:.1f}" +
                   (f"; the last request's merge {med['merge_us']:.1f} us, answer {med['answer_us']:.1f}"
-                   if "merge_us" in med else ""), flush=True)
+                   if "merge_us" in med else "") +
+                  (f" (select {med['select_us']:.1f}, compact {med['compact_us']:.1f}, ascending write "
+                   f"{med['ascending_us']:.1f})" if "select_us" in med else ""), flush=True)
     return 0
 
 
