@@ -17,7 +17,7 @@ from runtime.paged import gather_paged, reference_paged_mqa_topk
 from runtime.paged_variant import CACHE_BYTES_PER_KEY
 
 from .verify import VerifyReport, verify_topk
-from .workloads import make_workload
+from .workloads import Workload, make_workload
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,26 @@ def make_paged_workload(family: str, contexts: list[int], next_n: int, heads: in
     batch = len(contexts)
     total = max(sum(contexts), 1)
     base = make_workload(family, max(batch * next_n, 1), total, heads, top_k, seed=seed, device=device)
+    cache, table = lay_out_in_pages(base.k_fp8, base.k_scale, contexts, block_size, seed=seed, shared_prefix=shared_prefix,
+                                    spare_blocks=spare_blocks, table_slack=table_slack)
+    q = base.q[: batch * next_n].reshape(batch, next_n, heads, 128)
+    weights = base.weights[: batch * next_n].contiguous()
+    return PagedWorkload(family, q.contiguous(), cache.to(device), weights,
+                         torch.tensor(contexts, dtype=torch.int32, device=device), table.to(device), top_k)
+
+
+def lay_out_in_pages(k_fp8: torch.Tensor, k_scale: torch.Tensor, lens: list[int], block_size: int, *, seed: int = 0,
+                     shared_prefix: int = 0, spare_blocks: int = 3, table_slack: int = 1):
+    """Requests of `lens` tokens, laid end to end in k_fp8/k_scale, written into a paged cache (on the
+    CPU) through a shuffled block table with blocks of noise (finite scales) between them: (kv_cache
+    uint8 [num_blocks, block_size, 1, 132], block_table int32 [len(lens), max_blocks], -1 past each
+    request's blocks). shared_prefix: as make_paged_workload's."""
+    batch = len(lens)
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed + 1)
-    blocks_of = [-(-n // block_size) for n in contexts]
+    blocks_of = [-(-n // block_size) for n in lens]
     max_blocks = max([*blocks_of, 1]) + table_slack
-    shared = min(shared_prefix, contexts[0] // block_size if batch else 0)  # request 0's full blocks only
+    shared = min(shared_prefix, lens[0] // block_size if batch else 0)  # request 0's full blocks only
     own = [b - (min(shared, b) if r else 0) for r, b in enumerate(blocks_of)]
     num_blocks = sum(own) + spare_blocks + 1
     ids = torch.randperm(num_blocks, generator=gen)
@@ -77,10 +92,10 @@ def make_paged_workload(family: str, contexts: list[int], next_n: int, heads: in
     cache = torch.randint(0, 256, (num_blocks, block_size * CACHE_BYTES_PER_KEY), generator=gen, dtype=torch.uint8)
     noise_scales = torch.rand(num_blocks, block_size, generator=gen) + 0.5
     cache[:, block_size * 128:] = noise_scales.view(torch.uint8).view(num_blocks, -1)  # finite scales everywhere
-    values = base.k_fp8.cpu().view(torch.uint8)
-    scales = base.k_scale.cpu()
+    values = k_fp8.cpu().view(torch.uint8)
+    scales = k_scale.cpu()
     next_id, start = 0, 0
-    for r, n in enumerate(contexts):
+    for r, n in enumerate(lens):
         for j in range(blocks_of[r]):
             if r and j < shared:
                 table[r, j] = table[0, j]
@@ -92,10 +107,36 @@ def make_paged_workload(family: str, contexts: list[int], next_n: int, heads: in
             cache[block, : (hi - lo) * 128] = values[lo:hi].reshape(-1)
             cache[block, block_size * 128: block_size * 128 + (hi - lo) * 4] = scales[lo:hi].view(torch.uint8)
         start += n
-    q = base.q[: batch * next_n].reshape(batch, next_n, heads, 128)
-    weights = base.weights[: batch * next_n].contiguous()
-    return PagedWorkload(family, q.contiguous(), cache.view(num_blocks, block_size, 1, CACHE_BYTES_PER_KEY).to(device),
-                         weights, torch.tensor(contexts, dtype=torch.int32, device=device), table.to(device), top_k)
+    return cache.view(num_blocks, block_size, 1, CACHE_BYTES_PER_KEY), table
+
+
+@dataclass(frozen=True)
+class PagedChunkWorkload:
+    """A prefill chunk (a generator.workloads.Workload) with its keys in a paged cache: request r is
+    keys [cu_seq_lens[r], cu_seq_lens[r + 1]) of the workload, its rows' ranges unchanged, so the
+    expected answer is the workload's."""
+
+    base: Workload
+    kv_cache: torch.Tensor
+    block_table: torch.Tensor
+    cu_seq_lens: torch.Tensor
+
+    def args(self) -> tuple:
+        """Positional arguments of paged_prefill_mqa_topk."""
+        wl = self.base
+        return (wl.q, self.kv_cache, wl.weights, self.block_table, self.cu_seq_lens, wl.ks, wl.ke, wl.top_k)
+
+
+def page_chunk(wl: Workload, block_size: int = 64, seed: int = 0, spare_blocks: int = 3) -> PagedChunkWorkload:
+    """`wl` with its keys in a paged cache, one request for each distinct first key of its rows
+    (a row's range must then lie in its request: the causal and multi-request families)."""
+    keys = wl.k_fp8.shape[0]
+    starts = sorted({0, *wl.ks.tolist()} - {keys})
+    cu = [*starts, keys]
+    lens = [b - a for a, b in zip(cu, cu[1:])]
+    cache, table = lay_out_in_pages(wl.k_fp8, wl.k_scale, lens, block_size, seed=seed, spare_blocks=spare_blocks)
+    device = wl.q.device
+    return PagedChunkWorkload(wl, cache.to(device), table.to(device), torch.tensor(cu, dtype=torch.int32, device=device))
 
 
 def verify_paged(out: torch.Tensor, wl: PagedWorkload, rows=None, strict: bool = False) -> VerifyReport:

@@ -53,9 +53,13 @@ class KernelLibrary(_Library):
 
     def __init__(self, variant: Variant, path: str):
         super().__init__(variant, path, "mqa_topk")
-        self._lib.mqa_topk_launch.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        # (a paged build exports mqa_topk_launch_paged instead of mqa_topk_launch)
+        launch = "mqa_topk_launch_paged" if variant.page_block_size else "mqa_topk_launch"
+        getattr(self._lib, launch).argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] + [ctypes.c_void_p] * 6
+                                               if variant.page_block_size else [ctypes.c_void_p] * 8) + \
+            [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self._lib.mqa_topk_block_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 2
-        self._int_functions("mqa_topk_launch", "mqa_topk_block_order", "mqa_topk_smem_bytes", "mqa_topk_threads",
+        self._int_functions(launch, "mqa_topk_block_order", "mqa_topk_smem_bytes", "mqa_topk_threads",
                             "mqa_topk_rows_per_block")
         self._lib.mqa_topk_workspace_bytes.argtypes = [ctypes.c_int]
         self._lib.mqa_topk_workspace_bytes.restype = ctypes.c_longlong
@@ -70,6 +74,12 @@ class KernelLibrary(_Library):
     def launch(self, q, k, k_scale, weights, ks, ke, out, workspace, rows: int, keys: int, stream: int) -> None:
         self._check(self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, workspace, rows, keys, stream),
                     "launch")
+
+    def launch_paged(self, q, kv_cache, pages, cache_blocks: int, weights, ks, ke, out, workspace, rows: int, keys: int,
+                     stream: int) -> None:
+        """A paged build's launch: key x of [0, keys) is read from cache block pages[x / block size]."""
+        self._check(self._lib.mqa_topk_launch_paged(q, kv_cache, pages, cache_blocks, weights, ks, ke, out, workspace, rows,
+                                                    keys, stream), "launch")
 
     def block_order(self, ks, ke, rows: int, keys: int, scratch, stream: int) -> None:
         """Writes the order a launch claims its row blocks in to the start of `scratch` (8 bytes a

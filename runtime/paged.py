@@ -123,27 +123,34 @@ def _check_paged_values(problem: PagedProblem, context_lens: torch.Tensor, block
                          f"{problem.num_blocks} blocks")
 
 
-def gather_paged(kv_cache, context_lens, block_table, next_n: int):
-    """The requests' keys out of the cache, laid end to end, and the prefill ranges of their rows:
-    (k_fp8 [sum of contexts, 128], k_scale [...], ks, ke [B * next_n]). Reads the lengths back (a
-    synchronisation): the fallback and the reference, not a decode step's path."""
+def gather_requests(kv_cache, lens: torch.Tensor, block_table: torch.Tensor):
+    """The requests' first lens[b] tokens out of the cache, laid end to end, as vLLM's
+    cp_gather_indexer_k_quant_cache writes them: (k_fp8 [sum of lens, 128], k_scale [...], each
+    request's first key there (int64 [B])). Reads the total back (a synchronisation)."""
     num_blocks, block_size = kv_cache.shape[:2]
     blocks = kv_cache.view(num_blocks, block_size * CACHE_BYTES_PER_KEY)
     values = blocks[:, : block_size * DIM].view(num_blocks, block_size, DIM)
     scales = blocks[:, block_size * DIM:].contiguous().view(torch.float32)  # [num_blocks, block_size]
     device = kv_cache.device
-    lens = context_lens.clamp(0, block_table.shape[1] * block_size).long()
+    lens = lens.clamp(0, block_table.shape[1] * block_size).long()
     total = int(lens.sum())  # (the readback)
-    offsets = lens.cumsum(0) - lens  # each request's first key in the gathered buffer
+    offsets = lens.cumsum(0) - lens
     request = torch.repeat_interleave(torch.arange(lens.numel(), device=device), lens, output_size=total)
     positions = torch.arange(total, device=device) - offsets[request]  # each token's position in its request
     ids = block_table.long()[request, positions // block_size].clamp(0, num_blocks - 1)
     within = positions % block_size
-    k_fp8 = values[ids, within].view(torch.float8_e4m3fn).contiguous()
-    k_scale = scales[ids, within].contiguous()
-    start = offsets.repeat_interleave(next_n)
-    j = torch.arange(next_n, device=device).repeat(lens.numel())
+    return values[ids, within].view(torch.float8_e4m3fn).contiguous(), scales[ids, within].contiguous(), offsets
+
+
+def gather_paged(kv_cache, context_lens, block_table, next_n: int):
+    """The requests' keys out of the cache, laid end to end, and the prefill ranges of their rows:
+    (k_fp8 [sum of contexts, 128], k_scale [...], ks, ke [B * next_n]). Reads the lengths back (a
+    synchronisation): the fallback and the reference, not a decode step's path."""
+    k_fp8, k_scale, start = gather_requests(kv_cache, context_lens, block_table)
+    lens = context_lens.clamp(0, block_table.shape[1] * kv_cache.shape[1]).long()
+    j = torch.arange(next_n, device=kv_cache.device).repeat(lens.numel())
     visible = (lens.repeat_interleave(next_n) - next_n + j + 1).clamp(min=0)
+    start = start.repeat_interleave(next_n)
     return k_fp8, k_scale, start.int(), (start + visible).int()
 
 

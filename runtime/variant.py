@@ -39,24 +39,31 @@ class Variant:
     # (two slabs per CTA; the producer warpgroup keeps SELECTOR_REGISTERS, the math warps get the rest);
     # 7 = those and a selector warpgroup of four more (also at SELECTOR_REGISTERS), for short blocks.
     select_warps: int = 0
+    # wgmma only: 0 reads k [keys, 128] and k_scale [keys] laid end to end; n > 0 is the same kernel
+    # reading its keys straight from the paged indexer cache of n-token blocks through a block table
+    # (runtime/paged_prefill.py), its name the gathered variant's with _pb<n> (an axis the tuner does
+    # not search: a paged build times as its gathered twin, whose tuned choice it takes).
+    page_block_size: int = 0
 
     _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2", "wgmma": "fused_mqa_topk_wgmma.cu.j2"}
     _GATE_TEMPLATE = "fused_mqa_topk_gate_wgmma.cu.j2"
     # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096,
     # gated variants end in _m<sample_tiles>: mqa_topk_wgmma_sm90a_h32_k2048_r4_t192_w12_s4_b16384_m32, and
-    # those with selector warps in _sw<select_warps>: ..._b16384_m32_sw3
+    # those with selector warps in _sw<select_warps>: ..._b16384_m32_sw3, paged builds in _pb<page_block_size>
     _PATTERN = re.compile(
         r"^mqa_topk_(?P<mma>[a-z]+)_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)"
-        r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_m(?P<sample_tiles>[1-9]\d*))?(?:_sw(?P<select_warps>[1-9]\d*))?$"
+        r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_m(?P<sample_tiles>[1-9]\d*))?(?:_sw(?P<select_warps>[1-9]\d*))?"
+        r"(?:_pb(?P<page_block_size>[1-9]\d*))?$"
     )
 
     @cached_property  # (asked on every call of the op: the library is found by it)
     def name(self) -> str:
         gate = f"_m{self.sample_tiles}" if self.gated else ""
         gate += f"_sw{self.select_warps}" if self.select_warps else ""
+        paged = f"_pb{self.page_block_size}" if self.page_block_size else ""
         return (
             f"mqa_topk_{self.mma}_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}"
-            f"_t{self.key_tile}_w{self.warps}_s{self.stages}_b{self.buffer}{gate}"
+            f"_t{self.key_tile}_w{self.warps}_s{self.stages}_b{self.buffer}{gate}{paged}"
         )
 
     @property
@@ -74,6 +81,14 @@ class Variant:
         same row blocks (same rows), two math warpgroups and the smallest buffer that fits."""
         return replace(self, key_tile=128, warps=8, stages=4, buffer=smallest_wgmma_buffer(self.top_k), sample_tiles=0,
                        select_warps=0)
+
+    def paged_build(self, block_size: int) -> Variant:
+        """This variant reading its keys straight from a paged cache of block_size-token blocks."""
+        if self.mma != "wgmma":
+            raise ValueError(f"{self.name}: only the wgmma kernels read the paged cache")
+        if block_size < 64 or block_size % 64:
+            raise ValueError(f"block size {block_size}: the paged builds read 64-key pieces of a block")
+        return replace(self, page_block_size=block_size)
 
     @classmethod
     def from_name(cls, name: str) -> Variant:
