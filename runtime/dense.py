@@ -66,15 +66,37 @@ def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k:
     """Our dense kernels in one host call (DenseLibrary.run): pieces of as many rows as fit the budget
     with each row's logits in a window of the longest row's keys (scoring.window_pieces), each scored,
     then selected (the library walks them; nothing is read back from the device)."""
-    rows, keys = q.shape[0], k_fp8.shape[0]
+    q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
+    return _in_pieces(lib, q, top_k, k_fp8.shape[0], longest_row, budget, out, lambda out, logits, window, piece_rows, stream:
+                      lib.run(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(),
+                              ke.data_ptr(), out.data_ptr(), logits.data_ptr(), window, piece_rows, q.shape[0],
+                              k_fp8.shape[0], stream))
+
+
+def run_dense_paged(variant: DenseVariant, q, kv_cache, weights, layout, top_k: int, longest_row: int,
+                    budget: int = DEFAULT_LOGITS_BUDGET, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Our dense kernels' paged build `variant` (DenseVariant.paged_build) over a chunk whose keys are
+    in the paged cache, laid out as runtime.paged_prefill.page_layout says: as _dense_kernels, the
+    logits in windows of `longest_row` keys (every row sees at most that many)."""
+    lib = load(variant)
+    q, kv_cache = aligned16(q), aligned16(kv_cache)
+    return _in_pieces(lib, q, top_k, layout.keys, longest_row, budget, out, lambda out, logits, window, piece_rows, stream:
+                      lib.run_paged(q.data_ptr(), kv_cache.data_ptr(), layout.pages.data_ptr(), kv_cache.shape[0],
+                                    weights.data_ptr(), layout.ks.data_ptr(), layout.ke.data_ptr(), out.data_ptr(),
+                                    logits.data_ptr(), window, piece_rows, q.shape[0], layout.keys, stream))
+
+
+def _in_pieces(lib: DenseLibrary, q, top_k: int, keys: int, longest_row: int | None, budget: int,
+               out: torch.Tensor | None, run) -> torch.Tensor:
+    """The answer buffer and the pieces' logits for one library call, run(out, logits, window,
+    piece_rows, stream) on q's device and current stream."""
+    rows = q.shape[0]
     out = answer_buffer(out, rows, top_k, q.device)
     if rows == 0:
         return out
-    q, k_fp8, k_scale = aligned16(q), aligned16(k_fp8), aligned16(k_scale)
     window, piece_rows = window_pieces(rows, keys, longest_row, budget)
     logits = allocate(4 * piece_rows * window, q.device, f"{lib.variant.name}'s logits", torch.float32)
     context, stream = launch_on(q.device)
     with context:
-        lib.run(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(), ke.data_ptr(),
-                out.data_ptr(), logits.data_ptr(), window, piece_rows, rows, keys, stream)
+        run(out, logits, window, piece_rows, stream)
     return out

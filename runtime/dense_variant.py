@@ -12,11 +12,11 @@ while it reduces another's (software pipelining across the tensor cores and the 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property, lru_cache
 
 from .arch import ARCHS, wgmma_math_registers
-from .variant import RADIX_SCRATCH_BYTES, parse_name
+from .variant import RADIX_SCRATCH_BYTES, check_page_block_size, parse_name
 
 DIM = 128
 COARSE_BINS = 2048
@@ -35,6 +35,9 @@ class DenseVariant:
     topk_threads: int
     topk_buffer: int
     reg_cached: int  # logits each thread of the short-row top-k holds: rows of up to 256 x reg_cached keys
+    # 0: keys from k [keys, 128] and k_scale laid end to end; n > 0: the same kernels reading them from
+    # the paged cache of n-token blocks (Variant.page_block_size's twin), the name ending _pb<n>
+    page_block_size: int = 0
 
     template = "dense_mqa_topk_sm90.cu.j2"
     # The short-row top-k's CTAs, as the template renders them (the one source of both).
@@ -52,13 +55,18 @@ class DenseVariant:
     _PATTERN = re.compile(
         r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)x(?P<slices>\d+)"
         r"_q(?P<q_stages>\d+)_s(?P<kv_stages>\d+)_t(?P<topk_threads>\d+)_b(?P<topk_buffer>\d+)"
-        r"_rc(?P<reg_cached>\d+)$"
+        r"_rc(?P<reg_cached>\d+)(?:_pb(?P<page_block_size>[1-9]\d*))?$"
     )
 
     @cached_property  # (asked on every call of the op: the library is found by it)
     def name(self) -> str:
         return (f"mqa_dense_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}_g{self.math_wgs}x{self.slices}_q{self.q_stages}"
-                f"_s{self.kv_stages}_t{self.topk_threads}_b{self.topk_buffer}_rc{self.reg_cached}")
+                f"_s{self.kv_stages}_t{self.topk_threads}_b{self.topk_buffer}_rc{self.reg_cached}"
+                + (f"_pb{self.page_block_size}" if self.page_block_size else ""))
+
+    def paged_build(self, block_size: int) -> DenseVariant:
+        """These kernels reading their keys straight from a paged cache of block_size-token blocks."""
+        return replace(self, page_block_size=check_page_block_size(block_size))
 
     @classmethod
     def from_name(cls, name: str) -> DenseVariant:

@@ -116,14 +116,17 @@ class DenseLibrary(_Library):
     def __init__(self, variant: DenseVariant, path: str):
         super().__init__(variant, path, "mqa_dense")
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-        self._lib.mqa_dense_run.argtypes = [p] * 8 + [ll, i, i, i, p]
-        self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, p]
+        # (a paged build exports mqa_dense_run_paged, and no one-piece logits launch)
+        run = "mqa_dense_run_paged" if variant.page_block_size else "mqa_dense_run"
+        getattr(self._lib, run).argtypes = ([p, p, p, i] + [p] * 6 if variant.page_block_size else [p] * 8) + [ll, i, i, i, p]
+        if not variant.page_block_size:
+            self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, p]
+            self._int_functions("mqa_dense_logits_launch")
         self._lib.mqa_dense_topk_launch.argtypes = [p, ll, p, p, i, i, i, p, i, p]
         self._lib.mqa_dense_check_inputs.argtypes = [p, p, p, p, p, p, i, i, i, p, p, p]
-        self._int_functions("mqa_dense_run", "mqa_dense_logits_launch", "mqa_dense_topk_launch",
-                            "mqa_dense_logits_smem_bytes", "mqa_dense_topk_smem_bytes", "mqa_dense_short_row_keys",
-                            "mqa_dense_check_inputs")
-        self._run = self._lib.mqa_dense_run
+        self._int_functions(run, "mqa_dense_topk_launch", "mqa_dense_logits_smem_bytes", "mqa_dense_topk_smem_bytes",
+                            "mqa_dense_short_row_keys", "mqa_dense_check_inputs")
+        self._run = getattr(self._lib, run)
         self._check_result = (ctypes.c_int * 2)()
         self._check_lock = threading.Lock()  # (one host buffer per library)
 
@@ -134,6 +137,14 @@ class DenseLibrary(_Library):
         at `logits`, key ks[r] + j at column j), then selected; the short-row top-k serves where a
         window is at most short_row_keys, in the smallest of its CTAs that holds one."""
         err = self._run(q, k, k_scale, weights, ks, ke, out, logits, window, piece_rows, rows, keys, stream)
+        if err:
+            self._check(err, "dense run")
+
+    def run_paged(self, q, kv_cache, pages, cache_blocks: int, weights, ks, ke, out, logits, window: int,
+                  piece_rows: int, rows: int, keys: int, stream: int) -> None:
+        """run() of a paged build: key x of [0, keys) is read from cache block pages[x / block size]."""
+        err = self._run(q, kv_cache, pages, cache_blocks, weights, ks, ke, out, logits, window, piece_rows, rows, keys,
+                        stream)
         if err:
             self._check(err, "dense run")
 

@@ -10,11 +10,12 @@ fused_mqa_topk's cu_seqlen_ks/ke index a gathered k, and the answer is fused_mqa
 relative to ks, ascending, -1 padded). Each row's keys lie in one request and start a multiple of 64
 tokens into it (vLLM's prefill rows start at their request's first token); validate=True checks this.
 
-The Hopper kernels' paged builds (Variant.paged_build) run it: the runtime lays the requests out again
-with each one starting on a block boundary, so that a 64-key piece is always in one cache block, and
-hands the kernel that layout's block list (`pages`, made on the device: no readback). The variant is
-the tuned table's choice for the gathered chunk; where that is the dense path, a non-Hopper GPU or a
-block size off 64, the keys are gathered and fused_mqa_topk answers.
+The Hopper kernels' paged builds (Variant.paged_build, DenseVariant.paged_build) run it: the runtime
+lays the requests out again with each one starting on a block boundary, so that a 64-key piece is
+always in one cache block, and hands the kernels that layout's block list (`pages`, made on the
+device: no readback). The path is the one the tuned table chooses for the gathered chunk (a fused
+variant, or our dense kernels), as its paged build; on a GPU other than Hopper or with a block size
+off 64, the keys are gathered and fused_mqa_topk answers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from typing import NamedTuple
 import torch
 
 from .contract import DIM, SUPPORTED_HEADS, Problem, _capturing, _tensor, check_top_k
+from .dense import run_dense_paged
+from .dense_kernels import dense_variant_for
+from .dense_variant import DenseVariant
 from .dispatch import choose_variant
 from .fused import AUTO, run_checked
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
@@ -204,13 +208,26 @@ def launch_paged_prefill(variant: Variant, q, kv_cache, weights, layout: PageLay
     return out
 
 
-def paged_prefill_variant(problem: Problem, block_size: int) -> Variant | None:
-    """The paged build of the table's choice for this chunk, or None where the gathered path serves
-    (the table chose the dense path, the GPU is not Hopper, the block size is off 64)."""
+def paged_prefill_variant(problem: Problem, block_size: int) -> Variant | DenseVariant | None:
+    """The paged build of the path the table chooses for this chunk (a fused variant, or our dense
+    kernels where dense won), or None where the gathered path serves (not Hopper, a block size off 64,
+    no dense kernels for the shape)."""
     if problem.device.type != "cuda" or block_size % PIECE:
         return None
-    chosen = choose_variant(problem)
-    return chosen.paged_build(block_size) if chosen is not None and chosen.mma == "wgmma" else None
+    chosen = choose_variant(problem) or dense_variant_for(problem.device, problem.heads, problem.top_k,
+                                                          problem.longest_row)
+    if chosen is None or (isinstance(chosen, Variant) and chosen.mma != "wgmma"):
+        return None
+    return chosen.paged_build(block_size)
+
+
+def run_paged_build(variant: Variant | DenseVariant, q, kv_cache, weights, layout: PageLayout, top_k: int,
+                    longest_row: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """A fused or dense paged build over the chunk `layout` describes (rows seeing at most
+    longest_row keys: the dense kernels' logits window)."""
+    if isinstance(variant, DenseVariant):
+        return run_dense_paged(variant, q, kv_cache, weights, layout, top_k, longest_row, out=out)
+    return launch_paged_prefill(variant, q, kv_cache, weights, layout, top_k, out=out)
 
 
 def paged_prefill_mqa_topk(q, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
@@ -256,8 +273,8 @@ def paged_prefill_mqa_topk(q, kv_cache, weights, block_table, cu_seq_lens, cu_se
             return gathered_prefill(q, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k,
                                     problem, out=out)
     else:
-        chosen = Variant.from_name(name)
+        chosen = (DenseVariant if name.startswith("mqa_dense_") else Variant).from_name(name)
         chosen = chosen if chosen.page_block_size else chosen.paged_build(chunk.block_size)
     if layout is None:
         layout = page_layout(block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, chunk.block_size, chunk.num_blocks)
-    return launch_paged_prefill(chosen, q, kv_cache, weights, layout, top_k, out=out)
+    return run_paged_build(chosen, q, kv_cache, weights, layout, top_k, problem.longest_row, out=out)

@@ -86,9 +86,7 @@ class Variant:
         """This variant reading its keys straight from a paged cache of block_size-token blocks."""
         if self.mma != "wgmma":
             raise ValueError(f"{self.name}: only the wgmma kernels read the paged cache")
-        if block_size < 64 or block_size % 64:
-            raise ValueError(f"block size {block_size}: the paged builds read 64-key pieces of a block")
-        return replace(self, page_block_size=block_size)
+        return replace(self, page_block_size=check_page_block_size(block_size))
 
     @classmethod
     def from_name(cls, name: str) -> Variant:
@@ -169,6 +167,13 @@ def smallest_wgmma_buffer(top_k: int) -> int:
     """The smallest buffer of the streaming wgmma kernel (two math warpgroups, 128-key tiles) for
     top_k: room for top_k + a tile, a multiple of its 256 math threads."""
     return min(b for b in BUFFERS if b >= top_k + 128 and b % 256 == 0)
+
+
+def check_page_block_size(block_size: int) -> int:
+    """block_size, where a paged build can read its cache blocks (in 64-key TMA boxes), else ValueError."""
+    if block_size < 64 or block_size % 64:
+        raise ValueError(f"block size {block_size}: the paged builds read 64-key pieces of a block")
+    return block_size
 
 
 def parse_name(cls, pattern: re.Pattern, name: str):

@@ -13,6 +13,16 @@ top-k keys in two pairs of calls, both writing request-local positions into the 
                          topk_indices_buffer[chunk.token_start:chunk.token_end, :topk_tokens],
                          max_visible_keys=prefill_metadata.max_prefill_seq_len)
 
+  Or skip the gather (`cp_gather_indexer_k_quant_cache` and its workspace) with
+  `prefill_chunk_topk_paged`, which reads the chunk's keys from the paged cache through its block table:
+
+      prefill_chunk_topk_paged(q_quant[chunk.token_start:chunk.token_end], kv_cache,
+                               weights[chunk.token_start:chunk.token_end], chunk.block_table,
+                               chunk.cu_seq_lens, chunk.cu_seqlen_ks, chunk.cu_seqlen_ke,
+                               topk_indices_buffer[chunk.token_start:chunk.token_end, :topk_tokens],
+                               total_keys=chunk.total_seq_lens,
+                               max_visible_keys=prefill_metadata.max_prefill_seq_len)
+
 * decode: `fp8_fp4_paged_mqa_logits` over the paged cache (a [B * next_n, max_model_len] fp32 logits
   buffer), then `cooperative_topk` / `persistent_topk` / `top_k_per_row_decode`. Replace them with
   `decode_topk`, which reads the cache through the block table itself (no logits, no schedule metadata):
@@ -33,6 +43,7 @@ import torch
 from .contract import check_inputs
 from .fused import AUTO, run_checked
 from .paged import paged_mqa_topk
+from .paged_prefill import paged_prefill_mqa_topk
 
 
 def prefill_chunk_topk(q_fp8, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_ke, topk_indices: torch.Tensor, *,
@@ -50,6 +61,25 @@ def prefill_chunk_topk(q_fp8, k_fp8, k_scale, weights, cu_seqlen_ks, cu_seqlen_k
                            max_visible_keys=max_visible_keys)
     return _written(topk_indices, lambda out: run_checked(problem, q_fp8, k_fp8, k_scale, weights, cu_seqlen_ks,
                                                           cu_seqlen_ke, AUTO, out=out))
+
+
+def prefill_chunk_topk_paged(q_fp8, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke,
+                             topk_indices: torch.Tensor, *, total_keys: int | None = None,
+                             max_visible_keys: int | None = None) -> torch.Tensor:
+    """prefill_chunk_topk with the chunk's keys read from the paged cache instead of gathered:
+    kv_cache uint8 [num_blocks, block_size, 132] (or [..., 1, 132]); block_table int32 [R, max_blocks]
+    and cu_seq_lens int32 [R + 1] (the chunk's requests and where the gather would put their keys);
+    the rest as prefill_chunk_topk's (runtime.paged_prefill_mqa_topk: each row's keys start at its
+    request's first). total_keys: cu_seq_lens[-1] as the host knows it (vLLM's chunk.total_seq_lens),
+    else read back. Returns topk_indices."""
+    if kv_cache.dim() == 3:
+        kv_cache = kv_cache.unsqueeze(-2)
+    top_k = topk_indices.shape[-1]
+    if total_keys is not None and max_visible_keys is not None:
+        max_visible_keys = min(int(max_visible_keys), int(total_keys))
+    return _written(topk_indices, lambda out: paged_prefill_mqa_topk(
+        q_fp8, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k, total_keys=total_keys,
+        max_visible_keys=max_visible_keys, validate=False, out=out))
 
 
 def decode_topk(q_fp8, kv_cache, weights, seq_lens, block_table, topk_indices: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,8 @@ from generator.paged_workloads import page_chunk
 from generator.verify import verify_topk
 from generator.workloads import FAMILIES, OFFSET_FAMILIES, make_workload, packed_workload
 from runtime import fused_mqa_topk, paged_prefill_mqa_topk
+from runtime.dense import run_dense, run_dense_paged
+from runtime.dense_variant import DenseVariant
 from runtime.fused import launch_variant
 from runtime.paged_prefill import launch_paged_prefill, page_layout
 from runtime.variant import Variant
@@ -37,6 +39,9 @@ VARIANTS = [Variant.from_name(n) for n in (
     "mqa_topk_wgmma_sm90a_h64_k1024_r2_t192_w12_s4_b6144_m32",
     "mqa_topk_wgmma_sm90a_h64_k2048_r1_t128_w8_s4_b3072",
 )]
+# Our dense kernels (the table's choice where dense won), for long rows and short ones.
+DENSE = [DenseVariant.from_name(n) for n in ("mqa_dense_sm90a_h64_k2048_r2_g2x2_q2_s4_t512_b8192_rc32",
+                                             "mqa_dense_sm90a_h32_k512_r4_g2x2_q2_s4_t256_b4096_rc32")]
 # Families whose rows start at their request's first key (the others' rows start anywhere).
 CHUNK_FAMILIES = [f for f in FAMILIES if f not in OFFSET_FAMILIES or f == "multi_request"]
 
@@ -72,6 +77,21 @@ def test_a_paged_build_answers_as_its_gathered_twin(variant, family):
     assert torch.equal(paged, gathered)
     report = verify_topk(paged, wl.q, (wl.k_fp8, wl.k_scale), wl.weights, wl.ks, wl.ke, wl.top_k, rows=range(0, 300, 7))
     assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("variant", DENSE, ids=lambda v: v.name)
+@pytest.mark.parametrize("family", CHUNK_FAMILIES)
+def test_a_dense_paged_build_answers_as_its_gathered_twin(variant, family):
+    wl = make_workload(family, 300, 20000, variant.heads, variant.top_k, seed=13, device="cuda")
+    chunk = page_chunk(wl, block_size=64, seed=14)
+    layout = page_layout(chunk.block_table, chunk.cu_seq_lens, wl.ks, wl.ke, 64, chunk.kv_cache.shape[0])
+    longest = int((wl.ke - wl.ks).max())
+    paged = run_dense_paged(variant.paged_build(64), wl.q, chunk.kv_cache, wl.weights, layout, wl.top_k, longest,
+                            out=_poisoned(300, wl.top_k))
+    gathered = run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, longest, variant=variant)
+    torch.cuda.synchronize()
+    assert not (paged == POISON).any(), "elements left unwritten"
+    assert torch.equal(paged, gathered)
 
 
 @pytest.mark.parametrize("variant", VARIANTS[:2] + VARIANTS[3:], ids=lambda v: v.name)

@@ -14,10 +14,12 @@ from generator.paged_workloads import page_chunk
 from generator.workloads import make_workload, packed_workload
 from runtime import paged_prefill_mqa_topk, reference_mqa_topk
 from runtime.paged_prefill import check_paged_chunk, page_layout
+from runtime.dense_variant import DenseVariant
 from runtime.render import render
 from runtime.variant import Variant
 
 GATED = Variant.from_name("mqa_topk_wgmma_sm90a_h32_k512_r4_t256_w8_s4_b16384_m8_sw3")
+DENSE = DenseVariant.from_name("mqa_dense_sm90a_h64_k2048_r2_g2x2_q2_s4_t256_b4096_rc32")
 STREAM = Variant.from_name("mqa_topk_wgmma_sm90a_h64_k2048_r1_t128_w8_s4_b3072")  # (the shipped table's one)
 
 
@@ -108,18 +110,26 @@ def test_paged_builds_are_named_rendered_and_refused_as_they_should_be():
     assert "mqa_topk_launch_paged(" in source and "int mqa_topk_launch(" not in source
     assert "paged::load_key_tile<64, kKeyTile>" in source
     assert "paged_keys.cuh" not in gathered and "mqa_topk_launch_paged" not in gathered
+    dense = DENSE.paged_build(128)
+    assert dense.name == DENSE.name + "_pb128" and DenseVariant.from_name(dense.name) == dense
+    source = render(dense)
+    assert "mqa_dense_run_paged(" in source and "int mqa_dense_run(" not in source
+    assert "mqa_dense_logits_launch" not in source and "mqa_dense_logits_launch" in render(DENSE)
     with pytest.raises(ValueError, match="64-key pieces"):
         GATED.paged_build(96)
+    with pytest.raises(ValueError, match="64-key pieces"):
+        DENSE.paged_build(32)
     with pytest.raises(ValueError, match="only the wgmma kernels"):
         Variant.from_name("mqa_topk_mmasync_sm90a_h32_k512_r2_t256_w8_s3_b4096").paged_build(64)
 
 
 @requires_nvcc
-@pytest.mark.parametrize("variant", [GATED, STREAM], ids=["gated", "streaming"])
-def test_a_paged_build_compiles_and_exports_its_launch(variant, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("variant", "launch"), [(GATED, "mqa_topk_launch"), (STREAM, "mqa_topk_launch"),
+                                               (DENSE, "mqa_dense_run")], ids=["gated", "streaming", "dense"])
+def test_a_paged_build_compiles_and_exports_its_launch(variant, launch, tmp_path, monkeypatch):
     monkeypatch.setenv("FUSED_MQA_TOPK_CACHE", str(tmp_path))
     from runtime.build import build
 
     (built,) = build([variant.paged_build(64)])
     lib = ctypes.CDLL(str(built.library))
-    assert hasattr(lib, "mqa_topk_launch_paged") and not hasattr(lib, "mqa_topk_launch")
+    assert hasattr(lib, launch + "_paged") and not hasattr(lib, launch)

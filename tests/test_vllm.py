@@ -5,10 +5,10 @@ untouched. (On the GPU machine the same calls run the kernels: tests/test_gpu_pa
 import pytest
 import torch
 
-from generator.paged_workloads import make_paged_workload
+from generator.paged_workloads import make_paged_workload, page_chunk
 from generator.workloads import make_workload
 from runtime import reference_mqa_topk, reference_paged_mqa_topk
-from runtime.vllm import decode_topk, prefill_chunk_topk
+from runtime.vllm import decode_topk, prefill_chunk_topk, prefill_chunk_topk_paged
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["contiguous", "column-slice"])
@@ -23,6 +23,16 @@ def test_a_prefill_chunk_is_written_into_its_rows_of_the_buffer(wide):
     assert (buffer[:8] == 7).all() and (buffer[8 + wl.rows:] == 7).all()
     if wide:
         assert (buffer[:, 512:] == 7).all()
+
+
+def test_a_prefill_chunk_is_read_from_the_paged_cache_into_its_rows():
+    wl = make_workload("multi_request", 64, 2500, 64, 512, seed=4)
+    chunk = page_chunk(wl, block_size=64, seed=5)
+    buffer = torch.full((wl.rows + 4, 512), 7, dtype=torch.int32)
+    prefill_chunk_topk_paged(wl.q, chunk.kv_cache.squeeze(-2), wl.weights, chunk.block_table, chunk.cu_seq_lens,
+                             wl.ks, wl.ke, buffer[4:], total_keys=2500, max_visible_keys=2500)
+    assert torch.equal(buffer[4:], reference_mqa_topk(*wl.args()))
+    assert (buffer[:4] == 7).all()
 
 
 @pytest.mark.parametrize("seq_lens_2d", [True, False], ids=["seq_lens[B, next_n]", "seq_lens[B]"])

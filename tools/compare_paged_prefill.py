@@ -3,7 +3,7 @@
 For each chunk (ROWSxKEYS, or ROWSxKEYSxREQUESTS for that many equal requests packed; random data,
 generator.workloads.packed_workload) at each --heads and --top-k, the keys are written into a paged
 cache (block size --block-size, blocks shuffled) and the tuned table's variant for the chunk (the one
-fused_mqa_topk runs on the gathered keys) is timed two ways in rounds that alternate them: on the
+fused_mqa_topk runs on the gathered keys: a fused variant, or our dense kernels) is timed two ways in rounds that alternate them: on the
 gathered k_fp8 / k_scale, and as its paged build reading the cache (runtime.paged_prefill, its page
 layout made once outside the timing, as a server makes it once a chunk for every indexer layer). The
 two answers must be the same bytes. Also timed once: making the layout, and gathering the keys with
@@ -43,10 +43,14 @@ def main() -> int:
     from generator.timing import median_ms
     from generator.workloads import packed_workload
     from runtime.contract import Problem
+    from runtime.dense import run_dense
+    from runtime.dense_kernels import dense_variant_for
+    from runtime.dense_variant import DenseVariant
     from runtime.dispatch import choose_variant
     from runtime.fused import launch_variant
     from runtime.paged import gather_requests
-    from runtime.paged_prefill import launch_paged_prefill, page_layout
+    from runtime.paged_prefill import page_layout, run_paged_build
+    from runtime.variant import Variant
 
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to time")
@@ -60,9 +64,10 @@ def main() -> int:
                 wl = packed_workload(rows, keys, heads, top_k, requests=requests, seed=1, device="cuda")
                 problem = Problem(rows=rows, keys=keys, heads=heads, top_k=top_k, device=wl.q.device,
                                   visible_keys=keys // requests)
-                variant = choose_variant(problem)
-                if variant is None or variant.mma != "wgmma":
-                    print(f"H={heads} top-{top_k} {spec}: the table's choice is {variant and variant.name or 'dense'}"
+                longest = keys // requests
+                variant = choose_variant(problem) or dense_variant_for(wl.q.device, heads, top_k, longest)
+                if variant is None or (isinstance(variant, Variant) and variant.mma != "wgmma"):
+                    print(f"H={heads} top-{top_k} {spec}: the table's choice is {variant and variant.name}"
                           ": no paged build (the paged entry gathers there)")
                     continue
                 paged = variant.paged_build(args.block_size)
@@ -73,10 +78,14 @@ def main() -> int:
                 layout = make_layout()
                 out_g = torch.empty((rows, top_k), dtype=torch.int32, device="cuda")
                 out_p = torch.empty_like(out_g)
-                gathered = lambda: launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks,  # noqa: E731
-                                                  wl.ke, top_k, out=out_g)
-                from_pages = lambda: launch_paged_prefill(paged, wl.q, cache, wl.weights, layout, top_k,  # noqa: E731
-                                                          out=out_p)
+                if isinstance(variant, DenseVariant):
+                    gathered = lambda: run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke,  # noqa: E731
+                                                 top_k, longest, variant=variant, out=out_g)
+                else:
+                    gathered = lambda: launch_variant(variant, wl.q, wl.k_fp8, wl.k_scale, wl.weights,  # noqa: E731
+                                                      wl.ks, wl.ke, top_k, out=out_g)
+                from_pages = lambda: run_paged_build(paged, wl.q, cache, wl.weights, layout, top_k,  # noqa: E731
+                                                     longest, out=out_p)
                 gathered(), from_pages()
                 torch.cuda.synchronize()
                 same = bool(torch.equal(out_g, out_p))
