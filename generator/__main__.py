@@ -73,13 +73,19 @@ def cmd_render(args) -> int:
 def cmd_build(args) -> int:
     from runtime.build import build, cache_dir, resource_report
 
-    from .shipped import shipped_dense_variants, shipped_paged_variants, shipped_variants
+    from .shipped import (
+        shipped_dense_variants,
+        shipped_paged_prefill_variants,
+        shipped_paged_variants,
+        shipped_variants,
+    )
 
     variants = valid_specs(args.names)
     if variants is None:
         return 2
     if args.shipped:
-        variants += shipped_variants() + shipped_dense_variants() + shipped_paged_variants()
+        variants += shipped_variants() + shipped_dense_variants() + shipped_paged_variants() + \
+            shipped_paged_prefill_variants()
     if args.all:
         variants += [v for v, reason in enumerate_space(**_fixed_axes(args)) if reason is None]
     if args.candidates:
@@ -170,7 +176,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="compile variants with nvcc (no GPU needed); prints ptxas resources")
     p.add_argument("names", nargs="*")
     p.add_argument("--shipped", action="store_true", help="every variant the tuned tables and defaults name "
-                                                           "(the paged decode defaults included)")
+                                                           "(the paged decode defaults and the paged prefill builds included)")
     p.add_argument("--all", action="store_true", help="every valid point (narrow with --heads/--top-k/--arch)")
     p.add_argument("--candidates", action="store_true",
                    help="what a tuning study likely measures first (starting points, table choices, their "

@@ -1,8 +1,9 @@
 """The variants this project ships: every fused variant a tuned table names, the default fused
-variant per (kernel kind, heads, top_k), the dense variant per (heads, top_k), and the paged decode
-kernel's default per (heads, top_k, next_n) at the block size vLLM's indexer cache uses. CI compiles
-the fused and dense ones (tests/test_build.py) and two paged ones (tests/test_paged.py); `build
---shipped` compiles them all."""
+variant per (kernel kind, heads, top_k), the dense variant per (heads, top_k), the paged decode
+kernel's default per (heads, top_k, next_n), and the paged builds of the Hopper fused and dense ones
+(prefill from the paged cache), these two at the block size vLLM's indexer cache uses. CI compiles
+the fused and dense ones (tests/test_build.py), two paged decode ones (tests/test_paged.py) and three
+paged prefill builds (tests/test_paged_prefill.py); `build --shipped` compiles them all."""
 
 from __future__ import annotations
 
@@ -37,3 +38,9 @@ SHIPPED_BLOCK_SIZE = 64  # vLLM's indexer cache (DeepGEMM's sm90 paged kernel as
 def shipped_paged_variants() -> list[PagedVariant]:
     return sorted({default_paged_variant(h, k, n, SHIPPED_BLOCK_SIZE) for h in AXES["heads"] for k in AXES["top_k"]
                    for n in SUPPORTED_NEXT_N})
+
+
+def shipped_paged_prefill_variants() -> list[Variant | DenseVariant]:
+    """The paged builds (runtime/paged_prefill.py) of every shipped wgmma fused variant and dense variant."""
+    fused = [v.paged_build(SHIPPED_BLOCK_SIZE) for v in shipped_variants() if v.mma == "wgmma"]
+    return fused + [d.paged_build(SHIPPED_BLOCK_SIZE) for d in shipped_dense_variants()]
