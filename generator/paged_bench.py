@@ -89,7 +89,7 @@ def graph_replay_ms(fn) -> float:
     return median_ms(graph.replay, warmup=3, reps=20, hide_launch=True)
 
 
-def time_step(args, rate: float, gathered: bool = True, distribution: str = "positive") -> dict:
+def time_step(args, rate: float, gathered: bool = True, distribution: str = "positive", dense: bool = False) -> dict:
     q, cache, _weights, lens, table, top_k = args
     batch, next_n, heads = q.shape[:3]
     context = int(lens[0])
@@ -105,13 +105,17 @@ def time_step(args, rate: float, gathered: bool = True, distribution: str = "pos
            "variant": variant.name if variant else None, "parts": parts, "step_mib": step_bytes / 2**20,
            "workspace_mib": load(variant).workspace_bytes(batch, parts) / 2**20 if variant else 0.0,
            "floor_ms": floor_ms, "eager_ms": eager, "graph_ms": replay, "share_of_floor": floor_ms / replay}
+    if dense:  # our dense kernels' paged build, the same step replayed; both exact: the same bytes
+        row["dense_graph_ms"] = graph_replay_ms(lambda: paged_mqa_topk(*args, validate=False, variant="dense"))
+        row["dense_same_bytes"] = bool(torch.equal(paged_mqa_topk(*args, validate=False),
+                                                   paged_mqa_topk(*args, validate=False, variant="dense")))
     if gathered and 2 * step_bytes <= GATHER_LIMIT_BYTES:
         row["gathered_ms"] = median_ms(lambda: gathered_paged_mqa_topk(*args), warmup=2, reps=10)
     return row
 
 
 def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_ks=TOP_K, out=sys.stdout,
-          gathered: bool = True, memory_limit: int = 48 << 30, distributions=("positive",)) -> list[dict]:
+          gathered: bool = True, memory_limit: int = 48 << 30, distributions=("positive",), dense: bool = False) -> list[dict]:
     """Every point of the grid whose cache fits memory_limit, one json line each, and the copy rate first."""
     rate = copy_rate()
     print(json.dumps({"copy_rate_bytes_per_s": rate, "gpu": torch.cuda.get_device_name()}), file=out, flush=True)
@@ -122,7 +126,7 @@ def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_k
         for h, next_n in itertools.product(heads, next_ns):
             args = random_step(batch, context, next_n, h, top_ks[0], distribution=distribution)
             for top_k in top_ks:
-                row = time_step((*args[:5], top_k), rate, gathered, distribution)
+                row = time_step((*args[:5], top_k), rate, gathered, distribution, dense)
                 rows.append(row)
                 print(json.dumps(row), file=out, flush=True)
             del args
@@ -140,6 +144,7 @@ def add_arguments(p) -> None:
                    help="data the steps are timed on (default positive; each given is timed): " +
                         "; ".join(f"{k}: {v}" for k, v in DISTRIBUTIONS.items()))
     p.add_argument("--no-gathered", dest="gathered", action="store_false", help="do not time the gathered path")
+    p.add_argument("--dense", action="store_true", help="also time our dense kernels' paged build (variant=\"dense\")")
     p.add_argument("--log", help="write the JSON lines here (default: stdout)")
 
 
@@ -152,7 +157,7 @@ def main(args) -> int:
     try:
         rows = sweep(args.batch or BATCHES, args.context or CONTEXTS, args.next_n or NEXT_N, args.heads or HEADS,
                      args.top_k or TOP_K, out=out, gathered=args.gathered,
-                     distributions=args.distribution or ("positive",))
+                     distributions=args.distribution or ("positive",), dense=args.dense)
     finally:
         if out is not sys.stdout:
             out.close()

@@ -149,3 +149,24 @@ def verify_paged(out: torch.Tensor, wl: PagedWorkload, rows=None, strict: bool =
 
 def reference_answer(wl: PagedWorkload) -> torch.Tensor:
     return reference_paged_mqa_topk(*wl.args())
+
+
+def laid_out_keys(kv_cache: torch.Tensor, layout) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys a paged build reads through `layout` (runtime.page_layout), gathered on the CPU as
+    (k_fp8 [layout.keys, 128], k_scale): key x at slot x % block_size of block pages[x / block_size].
+    Keys no row of the layout sees hold the cache's noise (NaN codes among it) and are zeroed, so the
+    reference (which refuses NaN codes) can read them; a NaN code inside a row's range is an error."""
+    cache = kv_cache.cpu().view(kv_cache.shape[0], -1)
+    bs = kv_cache.shape[1]
+    x = torch.arange(layout.keys)
+    block, slot = layout.pages.cpu().long()[x // bs], x % bs
+    codes = cache[block[:, None], slot[:, None] * 128 + torch.arange(128)]
+    k_scale = cache[block[:, None], bs * 128 + slot[:, None] * 4 + torch.arange(4)].contiguous().view(torch.float32)[:, 0]
+    seen = torch.zeros(layout.keys + 1, dtype=torch.int32)
+    ks, ke = layout.ks.cpu().long(), layout.ke.cpu().long()
+    seen.index_add_(0, ks, torch.ones_like(ks, dtype=torch.int32))
+    seen.index_add_(0, ke, -torch.ones_like(ke, dtype=torch.int32))
+    seen = seen.cumsum(0)[: layout.keys] > 0
+    if bool(((codes & 0x7F) == 0x7F)[seen].any()):
+        raise ValueError("a row of the layout sees a NaN code: the layout maps a key it should not")
+    return codes.masked_fill(~seen[:, None], 0).view(torch.float8_e4m3fn).contiguous(), k_scale.contiguous()

@@ -21,9 +21,12 @@ import torch
 
 from .arch import Arch, arch_for_capability
 from .contract import DIM, SUPPORTED_HEADS, _capturing, _tensor, check_inputs, check_top_k
+from .dense import run_dense_paged
+from .dense_kernels import dense_variant_for
 from .fused import AUTO as FUSED_AUTO
 from .fused import run_checked
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
+from .page_layout import PageLayout, page_layout
 from .paged_variant import (
     CACHE_BYTES_PER_KEY,
     SUPPORTED_NEXT_N,
@@ -34,6 +37,7 @@ from .reference import reference_mqa_topk
 
 AUTO = "auto"
 GATHERED = "gathered"  # the fallback: the request's keys gathered out of the cache, then fused_mqa_topk
+DENSE = "dense"  # our dense kernels' paged build: a logits kernel through the block tables, then a top-k
 REFERENCE = "reference"
 # Each part of a request the kernel scans covers at least this many tokens of the block table's
 # capacity. A short context alone in a step is cut too (one CTA's scan of it would set the step's
@@ -176,6 +180,34 @@ def gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top
     return run_checked(problem, flat_q, k_fp8, k_scale, weights, ks, ke, FUSED_AUTO)
 
 
+def decode_layout(context_lens, block_table, next_n: int, block_size: int, num_blocks: int) -> PageLayout:
+    """A decode step as a chunk the prefill kernels' paged builds read (runtime.page_layout): row
+    b * next_n + j sees its request's first context_lens[b] - next_n + j + 1 tokens. On the device."""
+    lens = context_lens.clamp(0, block_table.shape[1] * block_size).long()
+    cu = torch.cat([lens.new_zeros(1), lens.cumsum(0)])
+    start = cu[:-1].repeat_interleave(next_n)
+    j = torch.arange(next_n, device=lens.device).repeat(lens.numel())
+    visible = (lens.repeat_interleave(next_n) - next_n + j + 1).clamp(min=0)
+    return page_layout(block_table, cu, start, start + visible, block_size, num_blocks)
+
+
+def dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """The paged contract by our dense kernels' paged build (Hopper, block sizes a multiple of 64):
+    the serving path's shape, a logits kernel spread over the SMs then a top-k kernel, exact and
+    reading the cache through the block tables. No readback (capturable); its fp32 logits take
+    B x next_n x the block table's capacity x 4 bytes, in pieces under the dense path's budget."""
+    batch, next_n, heads = q.shape[:3]
+    num_blocks, block_size = kv_cache.shape[:2]
+    capacity = block_table.shape[1] * block_size
+    variant = dense_variant_for(q.device, heads, top_k, capacity)
+    if variant is None or block_size % 64:
+        raise ValueError("the dense paged path runs our Hopper dense kernels, at block sizes that are multiples of 64")
+    layout = decode_layout(context_lens, block_table, next_n, block_size, num_blocks)
+    return run_dense_paged(variant.paged_build(block_size), q.reshape(batch * next_n, heads, DIM), kv_cache, weights,
+                           layout, top_k, capacity, out=out)
+
+
 def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
     """The paged kernel for this shape on this device, or None where none serves (no_paged_kernel
     says why)."""
@@ -307,7 +339,8 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
 
     Runs the paged kernel (Hopper; one launch, no readback, CUDA-graph capturable) where one serves
     the shape, else the gathered path (gathered_paged_mqa_topk: reads the lengths back), which gives
-    the same answer; `variant` forces a PagedVariant (or its name), or "gathered" / "reference".
+    the same answer; `variant` forces a PagedVariant (or its name), or "gathered" / "dense" (our dense
+    kernels' paged build: dense_paged_mqa_topk) / "reference".
     validate=False skips the value checks (a readback: turn them off in CUDA graphs); shape and dtype
     checks always run, and unchecked bad values never fault or hang: lengths are clamped to the
     block table and block ids into the cache. `out`: a caller-owned contiguous int32 [B * next_n, top_k]
@@ -320,6 +353,8 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
         return _into(out, reference_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
     if name == GATHERED:
         return _into(out, gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
+    if name == DENSE:
+        return dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k, out=out)
     chosen = paged_variant_for(problem) if name == AUTO else PagedVariant.from_name(name)
     # (a forced variant that cannot be had raises KernelUnavailable from launch_paged's load; automatic
     # dispatch degrades to the gathered path with one warning)

@@ -31,6 +31,7 @@ from .dense_variant import DenseVariant
 from .dispatch import choose_variant
 from .fused import AUTO, run_checked
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
+from .page_layout import MAX_TILE_KEYS, PageLayout, page_layout, request_of
 from .paged import gather_requests
 from .paged_variant import CACHE_BYTES_PER_KEY
 from .reference import reference_mqa_topk
@@ -38,7 +39,6 @@ from .variant import Variant
 
 GATHERED = "gathered"  # the keys gathered out of the cache, then fused_mqa_topk
 REFERENCE = "reference"
-MAX_TILE_KEYS = 256  # the most keys a kernel tile loads past a row's end: `pages` covers them too
 PIECE = 64  # keys a TMA box of the paged builds reads from one cache block
 
 
@@ -110,7 +110,7 @@ def _check_chunk_values(chunk: PagedChunk, block_table, cu_seq_lens, ks, ke, tot
     lens = cu[1:] - cu[:-1]
     used = torch.arange(chunk.max_blocks, device=cu.device) * chunk.block_size < lens.clamp(min=0)[:, None]
     ids = block_table.long()
-    request = _request_of(cu, ks)
+    request = request_of(cu, ks)
     first = ks.long() - cu[request]
     nonempty = ke > ks
     flags = torch.stack([
@@ -131,46 +131,6 @@ def _check_chunk_values(chunk: PagedChunk, block_table, cu_seq_lens, ks, ke, tot
             raise ValueError(reason)
     if total_keys is not None and total_keys != flags[-1]:
         raise ValueError(f"total_keys: {total_keys}, but cu_seq_lens[-1] is {flags[-1]}")
-
-
-def _request_of(cu: torch.Tensor, ks: torch.Tensor) -> torch.Tensor:
-    """The request whose keys hold position ks (int64; the last request for positions past the end)."""
-    return torch.searchsorted(cu[1:].contiguous(), ks.long(), right=True).clamp(max=cu.numel() - 2)
-
-
-class PageLayout(NamedTuple):
-    """The key space a paged build reads: the chunk's requests laid out again, each from a block
-    boundary, so that a 64-key piece is always in one cache block. It depends on the block table and
-    the rows' ranges only: a server makes it once a chunk and passes it to every indexer layer's call."""
-
-    pages: torch.Tensor  # int32 [requests x max_blocks + a tile's worth]: each block's cache block (0 past the last)
-    ks: torch.Tensor  # int32 [rows]: each row's first key there
-    ke: torch.Tensor  # int32 [rows]: and its end (clamped to its request's)
-    keys: int  # an upper bound on its keys (every block-table row full)
-    block_size: int
-
-
-def page_layout(block_table, cu_seq_lens, ks, ke, block_size: int, num_blocks: int) -> PageLayout:
-    """The PageLayout of a chunk: elementwise on the device (no readback, capturable); block ids
-    clamped into the cache's num_blocks."""
-    requests, max_blocks = block_table.shape
-    cu = cu_seq_lens.long()
-    lens = (cu[1:] - cu[:-1]).clamp(0, max_blocks * block_size)
-    blocks = (lens + block_size - 1) // block_size
-    ends = blocks.cumsum(0)  # each request's last block + 1 in the new layout
-    starts = ends - blocks
-    spare = -(-MAX_TILE_KEYS // block_size)
-    slot = torch.arange(requests * max_blocks + spare, device=block_table.device)
-    owner = torch.searchsorted(ends, slot, right=True)
-    inside = owner < requests
-    owner = owner.clamp(max=requests - 1)
-    pages = block_table.long()[owner, (slot - starts[owner]).clamp(0, max_blocks - 1)].clamp(0, num_blocks - 1)
-    pages = torch.where(inside, pages, 0).int()
-    request = _request_of(cu, ks)
-    shift = starts[request] * block_size - cu[request]
-    ks_laid = ks.long() + shift
-    ke_laid = torch.maximum(torch.minimum(ke.long(), cu[request] + lens[request]) + shift, ks_laid)
-    return PageLayout(pages, ks_laid.int(), ke_laid.int(), requests * max_blocks * block_size, block_size)
 
 
 def gathered_prefill(q, kv_cache, weights, block_table, cu_seq_lens, ks, ke, top_k: int, problem: Problem | None = None,

@@ -134,3 +134,16 @@ def test_explain_paged_names_the_kernel_and_its_split():
     decision = explain_paged(*wl.args())
     assert decision.path == "paged kernel" and decision.variant == paged_variant_for(check_paged_inputs(*wl.args()))
     assert decision.parts > 1 and "parts per request" in str(decision)
+
+
+@pytest.mark.parametrize("family", ["random", "boundary_ties", "increasing", "all_equal"])
+@pytest.mark.parametrize(("heads", "top_k", "next_n"), [(64, 2048, 1), (32, 512, 4), (64, 512, 2)], ids=lambda x: str(x))
+def test_the_dense_path_gives_the_kernels_bytes(family, heads, top_k, next_n):
+    """variant="dense" (our dense kernels' paged build over decode_layout) against the paged kernel:
+    both exact with one tie-break and order, so the same bytes, poisoned outputs written whole."""
+    wl = make_paged_workload(family, CONTEXTS, next_n, heads, top_k, seed=21, device="cuda", shared_prefix=2)
+    out = torch.full((wl.batch * wl.next_n, wl.top_k), POISON, dtype=torch.int32, device="cuda")
+    paged_mqa_topk(*wl.args(), variant="dense", out=out)
+    torch.cuda.synchronize()
+    assert not (out == POISON).any(), "elements left unwritten"
+    assert torch.equal(out, run(default_paged_variant(heads, top_k, next_n, 64), wl))

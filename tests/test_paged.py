@@ -11,12 +11,13 @@ import torch
 from conftest import requires_nvcc
 
 from generator.paged_workloads import (
+    laid_out_keys,
     make_paged_workload,
     reference_answer,
     verify_paged,
 )
-from runtime import paged_mqa_topk
-from runtime.paged import GATHERED, check_paged_inputs, gather_paged, parts_per_request
+from runtime import paged_mqa_topk, reference_mqa_topk
+from runtime.paged import GATHERED, check_paged_inputs, decode_layout, gather_paged, parts_per_request
 from runtime.paged_variant import (
     SUPPORTED_NEXT_N,
     PagedVariant,
@@ -68,6 +69,17 @@ def test_reference_matches_the_definition_token_by_token(contexts, next_n, heads
     # Random data has no ties at this size: the sets, and so the ordered answers, are equal.
     assert torch.equal(ref, expected)
     assert verify_paged(ref, wl, strict=True).ok
+
+
+@pytest.mark.parametrize(("contexts", "next_n", "block_size"), [([700, 1500, 0, 3, 2000], 2, 64), ([1, 600], 4, 128)])
+def test_the_dense_paths_layout_reads_back_the_reference_answer(contexts, next_n, block_size):
+    """The dense path (variant="dense") runs the prefill kernels' paged builds on a decode step laid
+    out by decode_layout: read that way on the CPU, the keys and rows give the paged answer."""
+    wl = make_paged_workload("random", contexts, next_n, 32, 512, seed=4, block_size=block_size)
+    layout = decode_layout(wl.context_lens, wl.block_table, next_n, block_size, wl.kv_cache.shape[0])
+    flat_q = wl.q.reshape(-1, wl.heads, 128)
+    laid = reference_mqa_topk(flat_q, laid_out_keys(wl.kv_cache, layout), wl.weights, layout.ks, layout.ke, wl.top_k)
+    assert torch.equal(laid, reference_answer(wl))
 
 
 def test_rows_see_their_prefix_and_pad_with_minus_one():

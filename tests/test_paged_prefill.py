@@ -10,10 +10,11 @@ import pytest
 import torch
 from conftest import requires_nvcc
 
-from generator.paged_workloads import page_chunk
+from generator.paged_workloads import laid_out_keys, page_chunk
 from generator.workloads import make_workload, packed_workload
 from runtime import paged_prefill_mqa_topk, reference_mqa_topk
-from runtime.paged_prefill import check_paged_chunk, page_layout
+from runtime.page_layout import page_layout
+from runtime.paged_prefill import check_paged_chunk
 from runtime.dense_variant import DenseVariant
 from runtime.render import render
 from runtime.variant import Variant
@@ -45,26 +46,11 @@ def test_the_kernels_key_layout_reads_back_the_gathered_answer(chunk):
     pages[x / block_size], each row's range moved with its request. Read that way on the CPU, the
     keys and ranges must give the gathered chunk's answer."""
     wl = chunk.base
-    cache = chunk.kv_cache.view(chunk.kv_cache.shape[0], -1)
-    bs = chunk.kv_cache.shape[1]
-    pages, ks, ke, keys, _ = page_layout(chunk.block_table, chunk.cu_seq_lens, wl.ks, wl.ke, bs, cache.shape[0])
-    assert pages.numel() * bs >= keys + 256  # (a tile past the last key is covered)
-    assert bool((ks % 64 == 0).all())  # (every row's pieces start on a 64-key boundary)
-    x = torch.arange(keys)
-    block, slot = pages.long()[x // bs], x % bs
-    k_fp8 = cache[block[:, None], slot[:, None] * 128 + torch.arange(128)].view(torch.float8_e4m3fn)
-    k_scale = cache[block[:, None], bs * 128 + slot[:, None] * 4 + torch.arange(4)].contiguous().view(torch.float32)[:, 0]
-    # Keys no row sees (padding to a block boundary, the spare slots) hold the cache's noise, NaN codes
-    # among it: the kernels mask them, and the reference (which refuses NaN codes) gets zeros there.
-    seen = torch.zeros(keys + 1, dtype=torch.int32)
-    seen.index_add_(0, ks.long(), torch.ones_like(ks))
-    seen.index_add_(0, ke.long(), -torch.ones_like(ke))
-    seen = seen.cumsum(0)[:keys] > 0
-    codes = k_fp8.view(torch.uint8)
-    nan = (codes & 0x7F) == 0x7F
-    assert not bool(nan[seen].any())
-    k_fp8 = codes.masked_fill(~seen[:, None], 0).view(torch.float8_e4m3fn)
-    laid = reference_mqa_topk(wl.q, (k_fp8.contiguous(), k_scale.contiguous()), wl.weights, ks, ke, wl.top_k)
+    layout = page_layout(chunk.block_table, chunk.cu_seq_lens, wl.ks, wl.ke, chunk.kv_cache.shape[1],
+                         chunk.kv_cache.shape[0])
+    assert layout.pages.numel() * layout.block_size >= layout.keys + 256  # (a tile past the last key is covered)
+    assert bool((layout.ks % 64 == 0).all())  # (every row's pieces start on a 64-key boundary)
+    laid = reference_mqa_topk(wl.q, laid_out_keys(chunk.kv_cache, layout), wl.weights, layout.ks, layout.ke, wl.top_k)
     assert torch.equal(laid, reference_mqa_topk(wl.q, (wl.k_fp8, wl.k_scale), wl.weights, wl.ks, wl.ke, wl.top_k))
 
 
