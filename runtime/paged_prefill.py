@@ -20,6 +20,7 @@ off 64, the keys are gathered and fused_mqa_topk answers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -28,7 +29,7 @@ from .contract import DIM, SUPPORTED_HEADS, Problem, _capturing, _tensor, check_
 from .dense import run_dense_paged
 from .dense_kernels import dense_variant_for
 from .dense_variant import DenseVariant
-from .dispatch import choose_variant
+from .dispatch import Decision, choose_variant, decide
 from .fused import AUTO, run_checked
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
 from .page_layout import MAX_TILE_KEYS, PageLayout, page_layout, request_of
@@ -168,17 +169,58 @@ def launch_paged_prefill(variant: Variant, q, kv_cache, weights, layout: PageLay
     return out
 
 
-def paged_prefill_variant(problem: Problem, block_size: int) -> Variant | DenseVariant | None:
-    """The paged build of the path the table chooses for this chunk (a fused variant, or our dense
-    kernels where dense won), or None where the gathered path serves (not Hopper, a block size off 64,
-    no dense kernels for the shape)."""
-    if problem.device.type != "cuda" or block_size % PIECE:
-        return None
-    chosen = choose_variant(problem) or dense_variant_for(problem.device, problem.heads, problem.top_k,
-                                                          problem.longest_row)
-    if chosen is None or (isinstance(chosen, Variant) and chosen.mma != "wgmma"):
-        return None
-    return chosen.paged_build(block_size)
+def paged_prefill_choice(problem: Problem, block_size: int) -> tuple[Variant | DenseVariant | None, str]:
+    """(the paged build that serves this chunk, why) or (None, why the keys are gathered instead)."""
+    if problem.device.type != "cuda":
+        return None, f"the tensors are on {problem.device}: the paged builds are CUDA kernels"
+    if block_size % PIECE:
+        return None, f"block size {block_size}: the paged builds read {PIECE}-key pieces of a block"
+    chosen = choose_variant(problem)
+    if chosen is None:
+        chosen = dense_variant_for(problem.device, problem.heads, problem.top_k, problem.longest_row)
+        if chosen is None:
+            return None, "the table chose the dense path, and our dense kernels do not run here (not Hopper)"
+    elif chosen.mma != "wgmma":
+        return None, f"the table's choice {chosen.name} is not a Hopper (wgmma) kernel"
+    return chosen.paged_build(block_size), f"the paged build of the table's choice ({chosen.name})"
+
+
+@dataclass(frozen=True)
+class PagedPrefillDecision:
+    """What paged_prefill_mqa_topk does with a call, and why (explain_paged_prefill returns it)."""
+
+    table: Decision  # the table's decision for the gathered chunk
+    build: Variant | DenseVariant | None  # its paged build; None: the keys are gathered first
+    why: str
+
+    def __str__(self) -> str:
+        keys = f"read from the paged cache by {self.build.name}" if self.build else "gathered out of the cache first"
+        return f"{self.table}\nkeys: {keys} ({self.why})"
+
+
+def explain_paged_prefill(q, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
+                          total_keys: int | None = None, max_visible_keys: int | None = None,
+                          validate: bool = False) -> PagedPrefillDecision:
+    """What paged_prefill_mqa_topk would do with these arguments and why: the table's decision for
+    the gathered chunk and the paged build that runs it, or why the keys are gathered. Checks shapes
+    and dtypes (and with validate, the values); launches no kernel of ours, compiles nothing."""
+    chunk = check_paged_chunk(q, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k,
+                              total_keys=total_keys, check_values=validate)
+    problem = _chunk_problem(chunk, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, total_keys, max_visible_keys, validate)
+    build, why = paged_prefill_choice(problem, chunk.block_size)
+    return PagedPrefillDecision(decide(problem), build, why)
+
+
+def _chunk_problem(chunk: PagedChunk, cu_seq_lens, ks, ke, total_keys: int | None, max_visible_keys: int | None,
+                   measure: bool) -> Problem:
+    """The gathered chunk's Problem, the tuned table's lookup key: its keys (total_keys, else read
+    back) and its longest row (max_visible_keys, else measured where `measure`)."""
+    keys = int(cu_seq_lens[-1]) if total_keys is None else total_keys
+    visible = max_visible_keys
+    if visible is None and measure and chunk.rows:
+        visible = int((ke - ks).clamp(min=0).max())
+    return Problem(rows=chunk.rows, keys=keys, heads=chunk.heads, top_k=chunk.top_k, device=chunk.device,
+                   visible_keys=None if visible is None else min(visible, keys))
 
 
 def run_paged_build(variant: Variant | DenseVariant, q, kv_cache, weights, layout: PageLayout, top_k: int,
@@ -218,17 +260,12 @@ def paged_prefill_mqa_topk(q, kv_cache, weights, block_table, cu_seq_lens, cu_se
         k_fp8, k_scale, _ = gather_requests(kv_cache, cu_seq_lens[1:] - cu_seq_lens[:-1], block_table)
         answer = reference_mqa_topk(q, (k_fp8, k_scale), weights, cu_seqlen_ks, cu_seqlen_ke, top_k)
         return answer if out is None else out.copy_(answer)
-    keys = int(cu_seq_lens[-1]) if total_keys is None else total_keys
-    visible = max_visible_keys
-    if visible is None and validate and chunk.rows:
-        visible = int((cu_seqlen_ke - cu_seqlen_ks).clamp(min=0).max())
-    problem = Problem(rows=chunk.rows, keys=keys, heads=chunk.heads, top_k=top_k, device=q.device,
-                      visible_keys=None if visible is None else min(visible, keys))
+    problem = _chunk_problem(chunk, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, total_keys, max_visible_keys, validate)
     if name == GATHERED:
         return gathered_prefill(q, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k,
                                 problem, out=out)
     if name == AUTO:
-        chosen = paged_prefill_variant(problem, chunk.block_size)
+        chosen = paged_prefill_choice(problem, chunk.block_size)[0]
         if chosen is None or load_or_warn(chosen, "the gathered path") is None:
             return gathered_prefill(q, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k,
                                     problem, out=out)

@@ -12,7 +12,7 @@ from conftest import requires_nvcc
 
 from generator.paged_workloads import laid_out_keys, page_chunk
 from generator.workloads import make_workload, packed_workload
-from runtime import paged_prefill_mqa_topk, reference_mqa_topk
+from runtime import explain_paged_prefill, paged_prefill_mqa_topk, reference_mqa_topk
 from runtime.page_layout import page_layout
 from runtime.paged_prefill import check_paged_chunk
 from runtime.dense_variant import DenseVariant
@@ -119,3 +119,10 @@ def test_a_paged_build_compiles_and_exports_its_launch(variant, launch, tmp_path
     (built,) = build([variant.paged_build(64)])
     lib = ctypes.CDLL(str(built.library))
     assert hasattr(lib, launch + "_paged") and not hasattr(lib, launch)
+
+
+def test_explain_says_the_keys_are_gathered_off_the_gpu_and_why():
+    chunk = page_chunk(make_workload("random", 40, 1000, 32, 512, seed=1))
+    decision = explain_paged_prefill(*chunk.args(), total_keys=1000)
+    assert decision.build is None and "paged builds are CUDA kernels" in decision.why
+    assert "path: dense" in str(decision) and "keys: gathered out of the cache first" in str(decision)
