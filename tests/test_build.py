@@ -44,12 +44,19 @@ def test_rendered_source_is_self_contained_and_names_its_parameters(mma, gated, 
 
 
 def test_every_shipped_variant_renders():
-    from generator.shipped import shipped_paged_variants
+    from generator.shipped import shipped_paged_prefill_variants, shipped_paged_variants
 
     paged = shipped_paged_variants()
     assert len(paged) == 24 and all(v.invalid_reason() is None for v in paged)
     for v in shipped_variants() + paged:
         assert v.name in render(v)
+    prefill = shipped_paged_prefill_variants()
+    assert {p.page_block_size for p in prefill} == {64} and len(prefill) == len(shipped_dense_variants()) + sum(
+        v.mma == "wgmma" for v in shipped_variants())
+    for p in prefill:  # (the gathered twin's code, with the paged producer and launch)
+        source = render(p)
+        assert p.name in source and "paged::load_key_tile<64, kKeyTile>" in source
+        assert "mqa_topk_launch_paged(" in source or "mqa_dense_run_paged(" in source
 
 
 @requires_nvcc
