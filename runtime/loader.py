@@ -55,8 +55,9 @@ class KernelLibrary(_Library):
         super().__init__(variant, path, "mqa_topk")
         # (a paged build exports mqa_topk_launch_paged instead of mqa_topk_launch)
         launch = "mqa_topk_launch_paged" if variant.page_block_size else "mqa_topk_launch"
-        getattr(self._lib, launch).argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] + [ctypes.c_void_p] * 6
-                                               if variant.page_block_size else [ctypes.c_void_p] * 8) + \
+        # (q, k, k_scale | q, kv_cache, pages, cache_blocks; then weights, ks, ke, out, workspace, rows, keys, stream)
+        getattr(self._lib, launch).argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] if variant.page_block_size
+                                               else [ctypes.c_void_p] * 3) + [ctypes.c_void_p] * 5 + \
             [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         self._lib.mqa_topk_block_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 2
         self._int_functions(launch, "mqa_topk_block_order", "mqa_topk_smem_bytes", "mqa_topk_threads",
@@ -118,7 +119,9 @@ class DenseLibrary(_Library):
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         # (a paged build exports mqa_dense_run_paged, and no one-piece logits launch)
         run = "mqa_dense_run_paged" if variant.page_block_size else "mqa_dense_run"
-        getattr(self._lib, run).argtypes = ([p, p, p, i] + [p] * 6 if variant.page_block_size else [p] * 8) + [ll, i, i, i, p]
+        # (q, k, k_scale | q, kv_cache, pages, cache_blocks; then weights, ks, ke, out, logits, window, piece_rows, rows,
+        # keys, stream)
+        getattr(self._lib, run).argtypes = ([p, p, p, i] if variant.page_block_size else [p] * 3) + [p] * 5 + [ll, i, i, i, p]
         if not variant.page_block_size:
             self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, p]
             self._int_functions("mqa_dense_logits_launch")

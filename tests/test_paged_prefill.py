@@ -16,6 +16,7 @@ from runtime import explain_paged_prefill, paged_prefill_mqa_topk, reference_mqa
 from runtime.page_layout import page_layout
 from runtime.paged_prefill import check_paged_chunk
 from runtime.dense_variant import DenseVariant
+from runtime.loader import DenseLibrary, KernelLibrary
 from runtime.render import render
 from runtime.variant import Variant
 
@@ -116,9 +117,16 @@ def test_a_paged_build_compiles_and_exports_its_launch(variant, launch, tmp_path
     monkeypatch.setenv("FUSED_MQA_TOPK_CACHE", str(tmp_path))
     from runtime.build import build
 
-    (built,) = build([variant.paged_build(64)])
+    paged = variant.paged_build(64)
+    (built,) = build([paged])
     lib = ctypes.CDLL(str(built.library))
     assert hasattr(lib, launch + "_paged") and not hasattr(lib, launch)
+    # The loader's ctypes signature has as many arguments as the export (a count off is a TypeError at
+    # the first call, on the GPU only).
+    source = render(paged)
+    params = source[source.index(f"int {launch}_paged("):].split(")", 1)[0].count(",") + 1
+    opened = (DenseLibrary if isinstance(variant, DenseVariant) else KernelLibrary)(paged, str(built.library))
+    assert len(getattr(opened._lib, launch + "_paged").argtypes) == params
 
 
 def test_explain_says_the_keys_are_gathered_off_the_gpu_and_why():
