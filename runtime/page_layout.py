@@ -10,9 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-MAX_TILE_KEYS = 256  # the most keys a kernel tile loads past a row's end
-# `pages` covers two tiles past the last key: the producers read the block ids of the tile after the
-# one they load (templates/common/paged_keys.cuh)
+MAX_TILE_KEYS = 256  # the most keys a kernel tile loads past a row's end: `pages` covers them too
 
 
 def request_of(cu: torch.Tensor, ks: torch.Tensor) -> torch.Tensor:
@@ -42,7 +40,7 @@ def page_layout(block_table, cu_seq_lens, ks, ke, block_size: int, num_blocks: i
     blocks = (lens + block_size - 1) // block_size
     ends = blocks.cumsum(0)  # each request's last block + 1 in the new layout
     starts = ends - blocks
-    spare = -(-2 * MAX_TILE_KEYS // block_size)
+    spare = -(-MAX_TILE_KEYS // block_size)
     slot = torch.arange(requests * max_blocks + spare, device=block_table.device)
     owner = torch.searchsorted(ends, slot, right=True)
     inside = owner < requests

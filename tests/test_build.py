@@ -55,7 +55,7 @@ def test_every_shipped_variant_renders():
         v.mma == "wgmma" for v in shipped_variants())
     for p in prefill:  # (the gathered twin's code, with the paged producer and launch)
         source = render(p)
-        assert p.name in source and "paged::KeyTileReader<64, kKeyTile>" in source
+        assert p.name in source and "paged::load_key_tile<64, kKeyTile>" in source
         assert "mqa_topk_launch_paged(" in source or "mqa_dense_run_paged(" in source
 
 

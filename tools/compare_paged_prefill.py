@@ -34,17 +34,12 @@ def main() -> int:
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--more-stages", action="store_true",
-                   help="also time the paged build with one key stage more, where shared memory holds it")
     p.add_argument("--log", type=Path)
     args = p.parse_args()
 
     import torch
 
-    from dataclasses import replace
-
     from generator.paged_workloads import page_chunk
-    from generator.space import rejection_reason
     from generator.timing import median_ms
     from generator.workloads import packed_workload
     from runtime.contract import Problem
@@ -94,31 +89,20 @@ def main() -> int:
                 gathered(), from_pages()
                 torch.cuda.synchronize()
                 same = bool(torch.equal(out_g, out_p))
-                runs = {"gathered": gathered, "paged": from_pages}
-                deeper = replace(paged, stages=paged.stages + 1) if isinstance(paged, Variant) else None
-                if args.more_stages and deeper and rejection_reason(replace(deeper, page_block_size=0)) is None:
-                    out_d = torch.empty_like(out_g)
-                    runs["paged_one_more_stage"] = lambda: run_paged_build(deeper, wl.q, cache, wl.weights, layout,  # noqa: E731
-                                                                           top_k, longest, out=out_d)
-                    runs["paged_one_more_stage"]()
-                    same = same and bool(torch.equal(out_g, out_d))
-                times = {name: [] for name in runs}
+                times = {"gathered": [], "paged": []}
                 for _ in range(args.rounds):
-                    for name, fn in runs.items():
-                        times[name].append(median_ms(fn, reps=args.reps, hide_launch=True))
+                    times["gathered"].append(median_ms(gathered, reps=args.reps, hide_launch=True))
+                    times["paged"].append(median_ms(from_pages, reps=args.reps, hide_launch=True))
                 g, pg = statistics.median(times["gathered"]), statistics.median(times["paged"])
-                more = {name: statistics.median(t) for name, t in times.items() if name not in ("gathered", "paged")}
                 layout_ms = median_ms(make_layout, reps=args.reps)
                 lens = chunk.cu_seq_lens[1:] - chunk.cu_seq_lens[:-1]
                 gather_ms = median_ms(lambda: gather_requests(cache, lens, chunk.block_table), reps=args.reps)
                 record = {"heads": heads, "top_k": top_k, "rows": rows, "keys": keys, "requests": requests,
                           "block_size": args.block_size, "variant": variant.name, "gathered_ms": g, "paged_ms": pg,
                           "paged_over_gathered": pg / g, "rounds": times, "layout_ms": layout_ms,
-                          "torch_gather_ms": gather_ms, "same_bytes": same, "device": torch.cuda.get_device_name(),
-                          **{f"{name}_ms": ms for name, ms in more.items()}}
-                print(f"H={heads} top-{top_k} {spec}: gathered {g:.3f} ms, paged {pg:.3f} ms ({pg / g:.3f}x)"
-                      + "".join(f", {name} {ms:.3f} ms ({ms / g:.3f}x)" for name, ms in more.items()) +
-                      f"; layout {layout_ms * 1e3:.0f} us, torch gather {gather_ms:.3f} ms; "
+                          "torch_gather_ms": gather_ms, "same_bytes": same, "device": torch.cuda.get_device_name()}
+                print(f"H={heads} top-{top_k} {spec}: gathered {g:.3f} ms, paged {pg:.3f} ms ({pg / g:.3f}x), "
+                      f"layout {layout_ms * 1e3:.0f} us, torch gather {gather_ms:.3f} ms; "
                       f"{'same bytes' if same else 'ANSWERS DIFFER'} ({variant.name})", flush=True)
                 if log:
                     log.write(json.dumps(record) + "\n")

@@ -29,43 +29,24 @@ __device__ __forceinline__ void load_piece(void* keys_dst, void* scales_dst, con
 // Producer side of a prefill kernel's paged build, in place of sm90::load_key_tile: the kKeys keys
 // from first_key on (a multiple of 64) in 64-key pieces, key x at slot x % kBlockSize of cache block
 // pages[x / kBlockSize]. `pages` maps the launch's key space to cache blocks (the runtime lays each
-// request's blocks end to end in it: runtime/page_layout.py) and covers two tiles past every tile a
-// launch loads. A tile's block ids are read while the tile before it is issued (its loads in flight
-// behind that tile's wait for a free slot), so the producer does not wait for them between tiles
-// where the tiles follow each other, as a row block's do.
+// request's blocks end to end in it: runtime/paged_prefill.py) and covers every tile a launch loads.
+// The block ids are read before the slot is waited for, so their loads overlap the wait.
 template <int kBlockSize, int kKeys>
-struct KeyTileReader {
+__device__ __forceinline__ void load_key_tile(uint64_t* full, uint64_t* empty, int stage, int use, uint8_t* keys_dst,
+                                              uint8_t* scales_dst, const CUtensorMap* k_map, const CUtensorMap* scale_map,
+                                              int first_key, const int* pages) {
     static_assert(kKeys % 64 == 0 && kBlockSize % 64 == 0, "whole 64-key pieces, each in one cache block");
-    static constexpr int kPieces = kKeys / 64;
-    const int* pages;
-    int next_key = -1;     // the tile whose block ids `next` holds
-    int next[kPieces];
-
-    __device__ __forceinline__ void read_ids(int first_key, int (&ids)[kPieces]) const {
+    constexpr int kPieces = kKeys / 64;
+    int block[kPieces];
 #pragma unroll
-        for (int i = 0; i < kPieces; ++i) ids[i] = __ldg(pages + (first_key + 64 * i) / kBlockSize);
-    }
-
-    __device__ __forceinline__ void load(uint64_t* full, uint64_t* empty, int stage, int use, uint8_t* keys_dst,
-                                         uint8_t* scales_dst, const CUtensorMap* k_map, const CUtensorMap* scale_map,
-                                         int first_key) {
-        int block[kPieces];
-        if (first_key == next_key) {
+    for (int i = 0; i < kPieces; ++i) block[i] = __ldg(pages + (first_key + 64 * i) / kBlockSize);
+    sm90::mbar_wait(&empty[stage], (use & 1) ^ 1);
+    sm90::mbar_arrive_expect_tx(&full[stage], kKeys * (128 + 4));
 #pragma unroll
-            for (int i = 0; i < kPieces; ++i) block[i] = next[i];
-        } else {
-            read_ids(first_key, block);
-        }
-        read_ids(first_key + kKeys, next);  // (the next tile's, in flight behind this one's wait)
-        next_key = first_key + kKeys;
-        sm90::mbar_wait(&empty[stage], (use & 1) ^ 1);
-        sm90::mbar_arrive_expect_tx(&full[stage], kKeys * (128 + 4));
-#pragma unroll
-        for (int i = 0; i < kPieces; ++i)
-            load_piece<kBlockSize>(keys_dst + i * 64 * 128, scales_dst + i * 64 * 4, k_map, scale_map, &full[stage],
-                                   block[i], (first_key + 64 * i) % kBlockSize);
-    }
-};
+    for (int i = 0; i < kPieces; ++i)
+        load_piece<kBlockSize>(keys_dst + i * 64 * 128, scales_dst + i * 64 * 4, k_map, scale_map, &full[stage], block[i],
+                               (first_key + 64 * i) % kBlockSize);
+}
 
 // The cache as the kernels read it, block by block (a block index is a coordinate of its own, so no
 // coordinate outgrows int32 however large the cache): the keys as [num_blocks][block rows][128] bytes,
