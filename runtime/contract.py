@@ -41,6 +41,17 @@ class Problem(NamedTuple):
         return max(1, round(self.keys / longest)) if longest > 0 else 1
 
 
+def check_queries(q, ndim: int) -> torch.Tensor:
+    """q's checks in every entry: e4m3 with `ndim` dimensions, the last DIM, a supported head count in
+    the one before it."""
+    q = _tensor("q", q, torch.float8_e4m3fn, ndim)
+    if q.shape[-1] != DIM:
+        raise ValueError(f"q: last dimension must be {DIM}, got shape {tuple(q.shape)}")
+    if q.shape[-2] not in SUPPORTED_HEADS:
+        raise ValueError(f"q: {q.shape[-2]} heads is not supported; supported: {SUPPORTED_HEADS}")
+    return q
+
+
 def _tensor(name: str, x, dtype: torch.dtype, ndim: int) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
@@ -115,7 +126,7 @@ def _well_formed(q, kv, weights, ks, ke, top_k) -> tuple[int, int, int] | None:
 def _check_forms(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k) -> tuple[int, int, int]:
     """Raises TypeError/ValueError naming the first argument that breaks the contract's forms (type,
     dtype, shape, layout, device); returns (rows, heads, keys) where none does."""
-    q = _tensor("q", q, torch.float8_e4m3fn, 3)
+    q = check_queries(q, 3)
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise TypeError("kv: expected a (k_fp8, k_scale) pair")
     k_fp8 = _tensor("k_fp8", kv[0], torch.float8_e4m3fn, 2)
@@ -125,11 +136,7 @@ def _check_forms(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k) -> tuple[int
     ke = _tensor("cu_seqlen_ke", cu_seqlen_ke, torch.int32, 1)
     check_top_k(top_k)
 
-    rows, heads, dim = q.shape
-    if dim != DIM:
-        raise ValueError(f"q: last dimension must be {DIM}, got shape {tuple(q.shape)}")
-    if heads not in SUPPORTED_HEADS:
-        raise ValueError(f"q: {heads} heads is not supported; supported: {SUPPORTED_HEADS}")
+    rows, heads, _ = q.shape
     keys = k_fp8.shape[0]
     if k_fp8.shape[1] != DIM:
         raise ValueError(f"k_fp8: expected shape [N, {DIM}], got {tuple(k_fp8.shape)}")

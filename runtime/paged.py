@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 
 from .arch import Arch, arch_for_capability
-from .contract import DIM, SUPPORTED_HEADS, _capturing, _tensor, check_inputs, check_top_k
+from .contract import DIM, _capturing, _tensor, check_inputs, check_queries, check_top_k
 from .dense import run_dense_paged
 from .dense_kernels import dense_variant_for
 from .fused import AUTO as FUSED_AUTO
@@ -75,25 +75,15 @@ def check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, *
     """Raises TypeError/ValueError naming the argument that breaks the paged contract; returns the shape.
     check_values (a readback, skipped while a CUDA graph is captured) also checks 0 <= context_lens[b]
     <= max_blocks * block_size and that every block a request's context uses is inside the cache."""
-    q = _tensor("q", q, torch.float8_e4m3fn, 4)
-    kv_cache = _tensor("kv_cache", kv_cache, torch.uint8, 4)
+    q = check_queries(q, 4)
+    num_blocks, block_size = check_cache(kv_cache)
     weights = _tensor("weights", weights, torch.float32, 2)
     context_lens = _tensor("context_lens", context_lens, torch.int32, 1)
     block_table = _tensor("block_table", block_table, torch.int32, 2)
     check_top_k(top_k)
-    batch, next_n, heads, dim = q.shape
-    if dim != DIM:
-        raise ValueError(f"q: last dimension must be {DIM}, got shape {tuple(q.shape)}")
+    batch, next_n, heads, _ = q.shape
     if next_n not in SUPPORTED_NEXT_N:
         raise ValueError(f"q: next_n = {next_n} (dimension 1) is not supported; supported: {SUPPORTED_NEXT_N}")
-    if heads not in SUPPORTED_HEADS:
-        raise ValueError(f"q: {heads} heads is not supported; supported: {SUPPORTED_HEADS}")
-    num_blocks, block_size, one, record = kv_cache.shape
-    if one != 1 or record != CACHE_BYTES_PER_KEY or block_size < 1:
-        raise ValueError(f"kv_cache: expected shape [num_blocks, block_size, 1, {CACHE_BYTES_PER_KEY}], "
-                         f"got {tuple(kv_cache.shape)}")
-    if num_blocks < 1:
-        raise ValueError("kv_cache: holds no blocks")
     if tuple(weights.shape) != (batch * next_n, heads):
         raise ValueError(f"weights: expected shape [{batch * next_n}, {heads}] (B * next_n, H), got {tuple(weights.shape)}")
     if tuple(context_lens.shape) != (batch,):
@@ -108,6 +98,19 @@ def check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, *
     if check_values and batch > 0 and not _capturing(q.device):
         _check_paged_values(problem, context_lens, block_table)
     return problem
+
+
+def check_cache(kv_cache) -> tuple[int, int]:
+    """The paged cache's checks (a uint8 [num_blocks >= 1, block_size, 1, 132] tensor); returns
+    (num_blocks, block_size)."""
+    kv_cache = _tensor("kv_cache", kv_cache, torch.uint8, 4)
+    num_blocks, block_size, one, record = kv_cache.shape
+    if one != 1 or record != CACHE_BYTES_PER_KEY or block_size < 1:
+        raise ValueError(f"kv_cache: expected shape [num_blocks, block_size, 1, {CACHE_BYTES_PER_KEY}], "
+                         f"got {tuple(kv_cache.shape)}")
+    if num_blocks < 1:
+        raise ValueError("kv_cache: holds no blocks")
+    return num_blocks, block_size
 
 
 def _check_paged_values(problem: PagedProblem, context_lens: torch.Tensor, block_table: torch.Tensor) -> None:

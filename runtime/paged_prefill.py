@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import torch
 
-from .contract import DIM, SUPPORTED_HEADS, Problem, _capturing, _tensor, check_top_k
+from .contract import Problem, _capturing, _tensor, check_queries, check_top_k
 from .dense import run_dense_paged
 from .dense_kernels import dense_variant_for
 from .dense_variant import DenseVariant
@@ -33,8 +33,7 @@ from .dispatch import Decision, choose_variant, decide
 from .fused import AUTO, run_checked
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
 from .page_layout import MAX_TILE_KEYS, PageLayout, page_layout, request_of
-from .paged import gather_requests
-from .paged_variant import CACHE_BYTES_PER_KEY
+from .paged import check_cache, gather_requests
 from .reference import reference_mqa_topk
 from .variant import Variant
 
@@ -65,23 +64,15 @@ def check_paged_chunk(q, kv_cache, weights, block_table, cu_seq_lens, ks, ke, to
     """Raises TypeError/ValueError naming the argument that breaks the contract; returns the shape.
     check_values (a readback) also checks the values: lengths within the block-table rows, the blocks
     they use inside the cache, each row's keys in one request starting a multiple of 64 tokens in."""
-    q = _tensor("q", q, torch.float8_e4m3fn, 3)
-    kv_cache = _tensor("kv_cache", kv_cache, torch.uint8, 4)
+    q = check_queries(q, 3)
+    num_blocks, block_size = check_cache(kv_cache)
     weights = _tensor("weights", weights, torch.float32, 2)
     block_table = _tensor("block_table", block_table, torch.int32, 2)
     cu_seq_lens = _tensor("cu_seq_lens", cu_seq_lens, torch.int32, 1)
     ks = _tensor("cu_seqlen_ks", ks, torch.int32, 1)
     ke = _tensor("cu_seqlen_ke", ke, torch.int32, 1)
     check_top_k(top_k)
-    rows, heads, dim = q.shape
-    if dim != DIM:
-        raise ValueError(f"q: last dimension must be {DIM}, got shape {tuple(q.shape)}")
-    if heads not in SUPPORTED_HEADS:
-        raise ValueError(f"q: {heads} heads is not supported; supported: {SUPPORTED_HEADS}")
-    num_blocks, block_size, one, record = kv_cache.shape
-    if one != 1 or record != CACHE_BYTES_PER_KEY or block_size < 1 or num_blocks < 1:
-        raise ValueError(f"kv_cache: expected shape [num_blocks >= 1, block_size, 1, {CACHE_BYTES_PER_KEY}], "
-                         f"got {tuple(kv_cache.shape)}")
+    rows, heads, _ = q.shape
     if tuple(weights.shape) != (rows, heads):
         raise ValueError(f"weights: expected shape [{rows}, {heads}] (rows, H), got {tuple(weights.shape)}")
     requests, max_blocks = block_table.shape
@@ -134,14 +125,12 @@ def _check_chunk_values(chunk: PagedChunk, block_table, cu_seq_lens, ks, ke, tot
         raise ValueError(f"total_keys: {total_keys}, but cu_seq_lens[-1] is {flags[-1]}")
 
 
-def gathered_prefill(q, kv_cache, weights, block_table, cu_seq_lens, ks, ke, top_k: int, problem: Problem | None = None,
-                     variant: str = AUTO, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The chunk's keys gathered out of the cache (gather_requests), then the prefill path `variant`
-    (AUTO: the table's choice for `problem`) on them: the fallback, and what a server does today."""
-    k_fp8, k_scale, _ = gather_requests(kv_cache, (cu_seq_lens[1:] - cu_seq_lens[:-1]), block_table)
-    if problem is None:
-        problem = Problem(rows=q.shape[0], keys=k_fp8.shape[0], heads=q.shape[1], top_k=top_k, device=q.device)
-    return run_checked(problem._replace(keys=k_fp8.shape[0]), q, k_fp8, k_scale, weights, ks, ke, variant, out=out)
+def gathered_prefill(q, kv_cache, weights, block_table, cu_seq_lens, ks, ke, top_k: int, problem: Problem,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """The chunk's keys gathered out of the cache (gather_requests: a readback), then fused_mqa_topk's
+    path for `problem` on them: the fallback, and what a server does today."""
+    k_fp8, k_scale, _ = gather_requests(kv_cache, cu_seq_lens[1:] - cu_seq_lens[:-1], block_table)
+    return run_checked(problem._replace(keys=k_fp8.shape[0]), q, k_fp8, k_scale, weights, ks, ke, AUTO, out=out)
 
 
 def launch_paged_prefill(variant: Variant, q, kv_cache, weights, layout: PageLayout, top_k: int,
@@ -234,7 +223,7 @@ def run_paged_build(variant: Variant | DenseVariant, q, kv_cache, weights, layou
 
 def paged_prefill_mqa_topk(q, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
                            total_keys: int | None = None, max_visible_keys: int | None = None, validate: bool = True,
-                           layout: PageLayout | None = None, variant: Variant | str | None = None,
+                           layout: PageLayout | None = None, variant: Variant | DenseVariant | str | None = None,
                            out: torch.Tensor | None = None) -> torch.Tensor:
     """Top-k key positions per query row of a prefill chunk whose keys are in the paged cache,
     int32 [M, top_k], relative to cu_seqlen_ks, ascending, -1 padded (fused_mqa_topk's answer on the
@@ -248,7 +237,7 @@ def paged_prefill_mqa_topk(q, kv_cache, weights, block_table, cu_seq_lens, cu_se
     without total_keys it is read back. validate=False skips the value checks (a readback); unchecked
     bad values never fault: lengths are clamped to the block table, block ids into the cache.
     `layout`: the chunk's page_layout, made once for all its layers (else made here). `variant`: a
-    Variant (its paged build runs) or name, or "gathered" / "reference"."""
+    Variant or DenseVariant (its paged build runs) or its name, or "gathered" / "reference"."""
     chunk = check_paged_chunk(q, kv_cache, weights, block_table, cu_seq_lens, cu_seqlen_ks, cu_seqlen_ke, top_k,
                               total_keys=total_keys, check_values=validate)
     if out is not None:
