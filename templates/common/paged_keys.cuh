@@ -29,7 +29,7 @@ __device__ __forceinline__ void load_piece(void* keys_dst, void* scales_dst, con
 // Producer side of a prefill kernel's paged build, in place of sm90::load_key_tile: the kKeys keys
 // from first_key on (a multiple of 64) in 64-key pieces, key x at slot x % kBlockSize of cache block
 // pages[x / kBlockSize]. `pages` maps the launch's key space to cache blocks (the runtime lays each
-// request's blocks end to end in it: runtime/paged_prefill.py) and covers every tile a launch loads.
+// request's blocks end to end in it: runtime/page_layout.py) and covers every tile a launch loads.
 // The block ids are read before the slot is waited for, so their loads overlap the wait.
 template <int kBlockSize, int kKeys>
 __device__ __forceinline__ void load_key_tile(uint64_t* full, uint64_t* empty, int stage, int use, uint8_t* keys_dst,
