@@ -143,3 +143,19 @@ def test_unvalidated_wild_block_ids_and_lengths_do_not_fault():
     args[4] = torch.tensor([0, 10**9], dtype=torch.int32, device="cuda")
     paged_prefill_mqa_topk(*args, validate=False, total_keys=5000, variant=variant)
     torch.cuda.synchronize()  # (a fault would raise here)
+
+
+def test_the_vllm_call_writes_its_rows_of_the_index_buffer():
+    """runtime.vllm.prefill_chunk_topk_paged as vLLM's indexer would call it (the cache without its head
+    dimension, the chunk's rows of a persistent buffer, the host's total and longest): the rows written
+    in place with fused_mqa_topk's answer on the gathered keys, the rest of the buffer untouched."""
+    from runtime.vllm import prefill_chunk_topk_paged
+
+    wl = packed_workload(512, 4 * 8192, 64, 2048, requests=4, seed=15, device="cuda")
+    chunk = page_chunk(wl, block_size=64, seed=16)
+    buffer = torch.full((600, 2048), POISON, dtype=torch.int32, device="cuda")
+    prefill_chunk_topk_paged(wl.q, chunk.kv_cache.squeeze(-2), wl.weights, chunk.block_table, chunk.cu_seq_lens, wl.ks,
+                             wl.ke, buffer[40:552], total_keys=4 * 8192, max_visible_keys=8192)
+    expected = fused_mqa_topk(wl.q, (wl.k_fp8, wl.k_scale), wl.weights, wl.ks, wl.ke, wl.top_k)
+    assert torch.equal(buffer[40:552], expected)
+    assert (buffer[:40] == POISON).all() and (buffer[552:] == POISON).all()
