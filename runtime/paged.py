@@ -114,11 +114,8 @@ def check_cache(kv_cache) -> tuple[int, int]:
 
 
 def _check_paged_values(problem: PagedProblem, context_lens: torch.Tensor, block_table: torch.Tensor) -> None:
-    lens = context_lens.long()
-    used = torch.arange(problem.max_blocks, device=lens.device) * problem.block_size < lens[:, None]
-    ids = block_table.long()
-    bad_ids = used & ((ids < 0) | (ids >= problem.num_blocks))
-    flags = torch.stack([(lens < 0).any(), (lens > problem.capacity).any(), bad_ids.any()]).tolist()
+    negative, too_long, bad_ids = block_table_flags(context_lens, block_table, problem.num_blocks, problem.block_size)
+    flags = torch.stack([negative, too_long, bad_ids.any()]).tolist()
     if flags[0]:
         raise ValueError("context_lens: a length is negative")
     if flags[1]:
@@ -126,8 +123,28 @@ def _check_paged_values(problem: PagedProblem, context_lens: torch.Tensor, block
                          f"({problem.max_blocks} blocks x {problem.block_size} tokens = {problem.capacity})")
     if flags[2]:
         b, slot = (int(i) for i in bad_ids.nonzero()[0])
-        raise ValueError(f"block_table: request {b}'s block {slot} is {int(ids[b, slot])}, outside the cache's "
+        raise ValueError(f"block_table: request {b}'s block {slot} is {int(block_table[b, slot])}, outside the cache's "
                          f"{problem.num_blocks} blocks")
+
+
+def block_table_flags(lens: torch.Tensor, block_table: torch.Tensor, num_blocks: int, block_size: int):
+    """On the device, for requests of `lens` tokens read through `block_table`: (a length is negative,
+    a length is past its row's capacity, bool [B, max_blocks]: the slots a request uses whose block
+    id is outside the cache)."""
+    lens = lens.long()
+    max_blocks = block_table.shape[1]
+    used = torch.arange(max_blocks, device=lens.device) * block_size < lens[:, None]
+    ids = block_table.long()
+    return (lens < 0).any(), (lens > max_blocks * block_size).any(), used & ((ids < 0) | (ids >= num_blocks))
+
+
+def decode_ranges(starts: torch.Tensor, lens: torch.Tensor, next_n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode rows' key ranges (int64 [B * next_n]) where request b's tokens begin at starts[b]:
+    row b * next_n + j sees the first lens[b] - next_n + j + 1 of them (none where that is below 1)."""
+    j = torch.arange(next_n, device=lens.device).repeat(lens.numel())
+    visible = (lens.long().repeat_interleave(next_n) - next_n + j + 1).clamp(min=0)
+    start = starts.long().repeat_interleave(next_n)
+    return start, start + visible
 
 
 def gather_requests(kv_cache, lens: torch.Tensor, block_table: torch.Tensor):
@@ -153,12 +170,9 @@ def gather_paged(kv_cache, context_lens, block_table, next_n: int):
     """The requests' keys out of the cache, laid end to end, and the prefill ranges of their rows:
     (k_fp8 [sum of contexts, 128], k_scale [...], ks, ke [B * next_n]). Reads the lengths back (a
     synchronisation): the fallback and the reference, not a decode step's path."""
-    k_fp8, k_scale, start = gather_requests(kv_cache, context_lens, block_table)
-    lens = context_lens.clamp(0, block_table.shape[1] * kv_cache.shape[1]).long()
-    j = torch.arange(next_n, device=kv_cache.device).repeat(lens.numel())
-    visible = (lens.repeat_interleave(next_n) - next_n + j + 1).clamp(min=0)
-    start = start.repeat_interleave(next_n)
-    return k_fp8, k_scale, start.int(), (start + visible).int()
+    k_fp8, k_scale, starts = gather_requests(kv_cache, context_lens, block_table)
+    ks, ke = decode_ranges(starts, context_lens.clamp(0, block_table.shape[1] * kv_cache.shape[1]), next_n)
+    return k_fp8, k_scale, ks.int(), ke.int()
 
 
 def reference_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int) -> torch.Tensor:
@@ -188,10 +202,8 @@ def decode_layout(context_lens, block_table, next_n: int, block_size: int, num_b
     b * next_n + j sees its request's first context_lens[b] - next_n + j + 1 tokens. On the device."""
     lens = context_lens.clamp(0, block_table.shape[1] * block_size).long()
     cu = torch.cat([lens.new_zeros(1), lens.cumsum(0)])
-    start = cu[:-1].repeat_interleave(next_n)
-    j = torch.arange(next_n, device=lens.device).repeat(lens.numel())
-    visible = (lens.repeat_interleave(next_n) - next_n + j + 1).clamp(min=0)
-    return page_layout(block_table, cu, start, start + visible, block_size, num_blocks)
+    ks, ke = decode_ranges(cu[:-1], lens, next_n)
+    return page_layout(block_table, cu, ks, ke, block_size, num_blocks)
 
 
 def dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int,

@@ -33,7 +33,7 @@ from .dispatch import Decision, choose_variant, decide
 from .fused import AUTO, run_checked
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
 from .page_layout import MAX_TILE_KEYS, PageLayout, page_layout, request_of
-from .paged import check_cache, gather_requests
+from .paged import block_table_flags, check_cache, gather_requests
 from .reference import reference_mqa_topk
 from .variant import Variant
 
@@ -99,15 +99,12 @@ def check_paged_chunk(q, kv_cache, weights, block_table, cu_seq_lens, ks, ke, to
 
 def _check_chunk_values(chunk: PagedChunk, block_table, cu_seq_lens, ks, ke, total_keys: int | None) -> None:
     cu = cu_seq_lens.long()
-    lens = cu[1:] - cu[:-1]
-    used = torch.arange(chunk.max_blocks, device=cu.device) * chunk.block_size < lens.clamp(min=0)[:, None]
-    ids = block_table.long()
+    negative, too_long, bad_ids = block_table_flags(cu[1:] - cu[:-1], block_table, chunk.num_blocks, chunk.block_size)
     request = request_of(cu, ks)
     first = ks.long() - cu[request]
     nonempty = ke > ks
     flags = torch.stack([
-        cu[0] != 0, (lens < 0).any(), (lens > chunk.max_blocks * chunk.block_size).any(),
-        (used & ((ids < 0) | (ids >= chunk.num_blocks))).any(),
+        cu[0] != 0, negative, too_long, bad_ids.any(),
         (nonempty & ((ks < 0) | (ke > cu[-1]))).any(),
         (nonempty & ((first < 0) | (ke.long() > cu[request + 1]))).any(),
         (nonempty & (first % PIECE != 0)).any(), cu[-1],

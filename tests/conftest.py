@@ -25,6 +25,16 @@ GPU_SKIP = _gpu_skip_reason()
 requires_gpu = pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")
 
 
+def hopper_skip(what: str) -> str | None:
+    """Why a Hopper-only test module skips here (no GPU, or one that is not sm_90: `what` says why
+    that matters), or None."""
+    if GPU_SKIP:
+        return GPU_SKIP
+    if torch.cuda.get_device_capability() != (9, 0):
+        return f"{torch.cuda.get_device_name()} is not sm_90: {what}"
+    return None
+
+
 def _nvcc_available() -> bool:
     from runtime.toolchain import BuildError, nvcc_path
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import GPU_SKIP
+from conftest import hopper_skip
 
 from generator.paged_workloads import (
     make_paged_workload,
@@ -20,15 +20,8 @@ from runtime.paged import check_paged_inputs, launch_paged, paged_variant_for
 from runtime.paged_variant import SUPPORTED_NEXT_N, default_paged_variant
 
 
-def _hopper_skip() -> str | None:
-    if GPU_SKIP:
-        return GPU_SKIP
-    if torch.cuda.get_device_capability() != (9, 0):
-        return f"{torch.cuda.get_device_name()} is not sm_90: the paged kernel is Hopper's (others gather)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_hopper_skip() is not None, reason=_hopper_skip() or "")
+_SKIP = hopper_skip("the paged kernel is Hopper's (others gather)")
+pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 POISON = -7
 SHAPES = [(h, k, n) for h in (32, 64) for k in (512, 1024, 2048) for n in SUPPORTED_NEXT_N]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import GPU_SKIP
+from conftest import hopper_skip
 
 from generator.paged_workloads import page_chunk
 from generator.verify import verify_topk
@@ -17,19 +17,13 @@ from runtime import fused_mqa_topk, paged_prefill_mqa_topk
 from runtime.dense import run_dense, run_dense_paged
 from runtime.dense_variant import DenseVariant
 from runtime.fused import launch_variant
-from runtime.paged_prefill import launch_paged_prefill, page_layout
+from runtime.page_layout import page_layout
+from runtime.paged_prefill import launch_paged_prefill
 from runtime.variant import Variant
 
 
-def _hopper_skip() -> str | None:
-    if GPU_SKIP:
-        return GPU_SKIP
-    if torch.cuda.get_device_capability() != (9, 0):
-        return f"{torch.cuda.get_device_name()} is not sm_90: the paged builds are Hopper kernels (others gather)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_hopper_skip() is not None, reason=_hopper_skip() or "")
+_SKIP = hopper_skip("the paged builds are Hopper kernels (others gather)")
+pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 POISON = -7
 # Gated (selector warps 3 and 7, 192- and 256-key tiles) and streaming variants the shipped table names.
