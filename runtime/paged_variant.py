@@ -77,9 +77,9 @@ class PagedVariant:
         k_ring = self.stages * self.key_tile * CACHE_BYTES_PER_KEY
         candidates = self.next_n * self.buffer * 8
         # rank_select's three histograms, two sets of largest and smallest a warp, a kept count a warp, base (16-byte aligned); the
-        # select scratch; counts, item per Q stage, merge flag and count
+        # select scratch; counts, item per Q stage, merge flag, count and floor
         radix = -(-(3 * 256 * 4 + 20 * self.warps + 4) // 16) * 16
-        state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + 4 * 4) // 16) * 16
+        state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + 5 * 4) // 16) * 16
         return (q_ring + k_ring + candidates + state + 7) // 8 * 8 + 8 * 2 * (2 + self.stages) + 1024
 
     def invalid_reason(self) -> str | None:

@@ -5,7 +5,7 @@ request's blocks shuffled, block size 64) the default variant (runtime/paged_var
 as .ablate/<variant>/<BUILD>.so (`tools/ablate.py build VARIANT --as BUILD`, at the commit before
 the change and after it). Both builds run the step at the runtime's split, and their answers must be
 the same bytes (both are exact with one tie-break and one order; the scan's arithmetic is theirs
-alike); the last build's is also checked by the two-sided rule on up to 64 rows. Each build is
+alike; --parts: at each of these splits instead, the same bytes at every one); the last build's is also checked by the two-sided rule on up to 64 rows. Each build is
 captured once in a CUDA graph and its replays timed in rounds that alternate the builds (a single
 pair can be off by a few percent), the median of each build's rounds kept. A line per step, and
 JSON lines to --log.
@@ -33,6 +33,8 @@ def main() -> int:
     p.add_argument("--next-n", dest="next_n", type=int, action="append", default=[])
     p.add_argument("--build", action="append", required=True, help="build names, .ablate/<variant>/<BUILD>.so")
     p.add_argument("--out", default=".ablate")
+    p.add_argument("--parts", type=int, action="append", default=[],
+                   help="time each step at these parts per request (default: the runtime's split, parts_for)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--distribution", default="positive")
     p.add_argument("--log")
@@ -58,45 +60,48 @@ def main() -> int:
                 for top_k in args.top_k or [2048]:
                     variant = default_paged_variant(heads, top_k, next_n, cache.shape[1])
                     libs = [PagedLibrary(variant, str(Path(args.out) / variant.name / f"{b}.so")) for b in args.build]
-                    parts = parts_for(batch, table.shape[1] * cache.shape[1], top_k, q.device)
-                    outs, graphs = [], []
-                    for lib in libs:
-                        out = torch.full((batch * next_n, top_k), -7, dtype=torch.int32, device="cuda")
-                        ws = torch.empty(lib.workspace_bytes(batch, parts), dtype=torch.uint8, device="cuda")
-                        launch = lambda lib=lib, out=out, ws=ws: lib.launch(  # noqa: E731
-                            q.data_ptr(), cache.data_ptr(), weights.data_ptr(), lens.data_ptr(), table.data_ptr(),
-                            out.data_ptr(), ws.data_ptr(), batch, table.shape[1], cache.shape[0], parts,
-                            torch.cuda.current_stream().cuda_stream)
-                        launch()
-                        torch.cuda.synchronize()
-                        outs.append(out.clone())
-                        graph = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(graph):
+                    first = None  # the first split's answer: every split's must be the same bytes
+                    for parts in args.parts or [parts_for(batch, table.shape[1] * cache.shape[1], top_k, q.device)]:
+                        outs, graphs = [], []
+                        for lib in libs:
+                            out = torch.full((batch * next_n, top_k), -7, dtype=torch.int32, device="cuda")
+                            ws = torch.empty(lib.workspace_bytes(batch, parts), dtype=torch.uint8, device="cuda")
+                            launch = lambda lib=lib, out=out, ws=ws: lib.launch(  # noqa: E731
+                                q.data_ptr(), cache.data_ptr(), weights.data_ptr(), lens.data_ptr(), table.data_ptr(),
+                                out.data_ptr(), ws.data_ptr(), batch, table.shape[1], cache.shape[0], parts,
+                                torch.cuda.current_stream().cuda_stream)
                             launch()
-                        graphs.append((graph, out, ws))
-                    same = all(torch.equal(outs[0], o) for o in outs[1:])
-                    wl = PagedWorkload(args.distribution, q, cache, weights, lens, table, top_k)
-                    rows = torch.randperm(batch * next_n, device="cpu")[:64].tolist()
-                    report = verify_paged(outs[-1], wl, rows=rows)
-                    times = {b: [] for b in args.build}
-                    for _ in range(args.rounds):
-                        for b, (graph, _, _) in zip(args.build, graphs):
-                            times[b].append(median_ms(graph.replay, warmup=3, reps=20, hide_launch=True))
-                    ms = {b: statistics.median(t) for b, t in times.items()}
-                    ratio = ms[args.build[-1]] / ms[args.build[0]]
-                    ratios.append(ratio)
-                    row = {"batch": batch, "context": context, "heads": heads, "top_k": top_k, "next_n": next_n,
-                           "variant": variant.name, "parts": parts, "ms": ms, "rounds": times,
-                           "same_bytes": same, "verified": report.ok, "ratio": ratio}
-                    print(f"{batch:>4} x {context:>8} h{heads} k{top_k} n{next_n} parts {parts:>3}: "
-                          + "  ".join(f"{b} {ms[b] * 1e3:8.1f} us" for b in args.build)
-                          + f"  {args.build[-1]}/{args.build[0]} {ratio:.3f}  same bytes {same}  verified {report.ok}",
-                          flush=True)
-                    if log:
-                        print(json.dumps(row), file=log, flush=True)
-                    if not (same and report.ok):
-                        print(report.summary(), flush=True)
-                    del graphs, outs
+                            torch.cuda.synchronize()
+                            outs.append(out.clone())
+                            graph = torch.cuda.CUDAGraph()
+                            with torch.cuda.graph(graph):
+                                launch()
+                            graphs.append((graph, out, ws))
+                        first = outs[0] if first is None else first
+                        same = all(torch.equal(first, o) for o in outs)
+                        wl = PagedWorkload(args.distribution, q, cache, weights, lens, table, top_k)
+                        rows = torch.randperm(batch * next_n, device="cpu")[:64].tolist()
+                        report = verify_paged(outs[-1], wl, rows=rows)
+                        times = {b: [] for b in args.build}
+                        for _ in range(args.rounds):
+                            for b, (graph, _, _) in zip(args.build, graphs):
+                                times[b].append(median_ms(graph.replay, warmup=3, reps=20, hide_launch=True))
+                        ms = {b: statistics.median(t) for b, t in times.items()}
+                        ratio = ms[args.build[-1]] / ms[args.build[0]]
+                        ratios.append(ratio)
+                        row = {"batch": batch, "context": context, "heads": heads, "top_k": top_k, "next_n": next_n,
+                               "variant": variant.name, "parts": parts, "ms": ms, "rounds": times,
+                               "same_bytes": same, "verified": report.ok, "ratio": ratio}
+                        print(f"{batch:>4} x {context:>8} h{heads} k{top_k} n{next_n} parts {parts:>3}: "
+                              + "  ".join(f"{b} {ms[b] * 1e3:8.1f} us" for b in args.build)
+                              + f"  {args.build[-1]}/{args.build[0]} {ratio:.3f}  same bytes {same}  verified {report.ok}",
+                              flush=True)
+                        if log:
+                            print(json.dumps(row), file=log, flush=True)
+                        if not (same and report.ok):
+                            print(report.summary(), flush=True)
+                        del graphs, outs
+                    del first
                 del step, q, cache, weights, lens, table
                 torch.cuda.empty_cache()
     print(f"{args.build[-1]}/{args.build[0]}: geometric mean {geometric_mean(ratios):.3f} over {len(ratios)} steps, "
