@@ -26,7 +26,7 @@ from .dense_kernels import dense_variant_for
 from .fused import AUTO as FUSED_AUTO
 from .fused import run_checked
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
-from .page_layout import PageLayout, page_layout
+from .page_layout import MAX_TILE_KEYS, PageLayout
 from .paged_variant import (
     CACHE_BYTES_PER_KEY,
     SUPPORTED_NEXT_N,
@@ -199,11 +199,30 @@ def gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top
 
 def decode_layout(context_lens, block_table, next_n: int, block_size: int, num_blocks: int) -> PageLayout:
     """A decode step as a chunk the prefill kernels' paged builds read (runtime.page_layout): row
-    b * next_n + j sees its request's first context_lens[b] - next_n + j + 1 tokens. On the device."""
-    lens = context_lens.clamp(0, block_table.shape[1] * block_size).long()
-    cu = torch.cat([lens.new_zeros(1), lens.cumsum(0)])
-    ks, ke = decode_ranges(cu[:-1], lens, next_n)
-    return page_layout(block_table, cu, ks, ke, block_size, num_blocks)
+    b * next_n + j sees its request's first context_lens[b] - next_n + j + 1 tokens. Request b is laid
+    out from key b x the block table's capacity, so the layout's blocks are the block table's rows end
+    to end (and a tile's worth of block 0): seven small kernels on the device, where page_layout's
+    packing of requests end to end takes over thirty, each a few microseconds of a small step. The
+    key space is the same size: page_layout's bound is every row full."""
+    batch, max_blocks = block_table.shape
+    capacity = max_blocks * block_size
+    spare = -(-MAX_TILE_KEYS // block_size)
+    pages = torch.nn.functional.pad(block_table.reshape(-1), (0, spare)).clamp_(0, num_blocks - 1).int()
+    make = _decode_rows if _capturing(block_table.device) else _kept_decode_rows
+    first, lag = make(batch, next_n, capacity, block_table.device)
+    lens = context_lens.clamp(0, capacity).repeat_interleave(next_n, output_size=batch * next_n)
+    return PageLayout(pages, first, first + (lens + lag).clamp_(min=0), batch * capacity, block_size)
+
+
+def _decode_rows(batch: int, next_n: int, capacity: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Of each decode row: its request's first key in decode_layout (int32 [B * next_n]), and j -
+    next_n + 1 (int32), what its visible tokens lack of the context. Fixed by the shapes, so made once;
+    not kept when made inside a CUDA graph's capture (its kernels run only at replay)."""
+    row = torch.arange(batch * next_n, device=device, dtype=torch.int32)
+    return row // next_n * capacity, row % next_n - next_n + 1
+
+
+_kept_decode_rows = lru_cache(maxsize=64)(_decode_rows)
 
 
 def dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int,
