@@ -134,6 +134,61 @@ def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_k
     return rows
 
 
+# The steps `decode --tune` times both paths on; the nearest entry answers for the steps between and
+# beyond (those of more than TUNE_MAX_TOKENS tokens take their nearest timed step's choice).
+TUNE_BATCHES = (1, 4, 16, 64, 256)
+TUNE_CONTEXTS = (8192, 32768, 131072, 524288)
+TUNE_TOP_K = (512, 1024, 2048)
+TUNE_MAX_TOKENS = 16 << 20  # steps of more tokens are not timed (their data takes longest to make)
+
+
+def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_ks=TUNE_TOP_K,
+                out=sys.stdout) -> list:
+    """The paged kernel, the dense path, and the dense path with the step's layout given, each
+    graph-replayed on every step of the grid (positive-weight random data); a DecodeEntry a step
+    whose two answers are exact: the same bytes, or (where the kernel sums heads in another order
+    than the dense kernels, so that a key tying the k-th within rounding may be swapped) each
+    verified by the two-sided rule on the rows where they differ. A step where one is not is
+    reported and not kept."""
+    from datetime import datetime, timezone
+
+    from runtime.decode_table import DecodeEntry
+    from runtime.paged import decode_layout
+
+    from .paged_workloads import PagedWorkload, verify_paged
+
+    entries = []
+    for batch, context in itertools.product(batches, contexts):
+        if batch * context > TUNE_MAX_TOKENS:
+            continue
+        for h, next_n in itertools.product(heads, next_ns):
+            args = random_step(batch, context, next_n, h, top_ks[0])
+            q, cache, weights, lens, table, _ = args
+            layout = decode_layout(lens, table, next_n, cache.shape[1], cache.shape[0])
+            for top_k in top_ks:
+                step = (*args[:5], top_k)
+                kernel = paged_variant_for(check_paged_inputs(*step, check_values=False))
+                if kernel is None:
+                    continue
+                answers = [paged_mqa_topk(*step, validate=False, variant=v) for v in (kernel, "dense")]
+                same = bool(torch.equal(*answers))
+                differing = (answers[0] != answers[1]).any(1).nonzero().flatten()[:64].tolist()
+                wl = PagedWorkload("positive", *step)
+                exact = same or all(verify_paged(a, wl, rows=differing, strict=True).ok for a in answers)
+                times = [graph_replay_ms(lambda v=v, lay=lay: paged_mqa_topk(*step, validate=False, variant=v, layout=lay))
+                         for v, lay in ((kernel, None), ("dense", None), ("dense", layout))]
+                row = {"batch": batch, "context": context, "next_n": next_n, "heads": h, "top_k": top_k,
+                       "kernel_ms": times[0], "dense_ms": times[1], "dense_planned_ms": times[2], "same_bytes": same,
+                       "rows_differing": len(differing), "exact": exact}
+                print(json.dumps(row), file=out, flush=True)
+                if exact:
+                    entries.append(DecodeEntry(h, top_k, next_n, batch, context, *(round(t, 5) for t in times),
+                                               measured=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+            del args, q, cache, weights, lens, table, layout
+            torch.cuda.empty_cache()
+    return entries
+
+
 def add_arguments(p) -> None:
     p.add_argument("--batch", type=int, action="append", help=f"requests a step (default {BATCHES})")
     p.add_argument("--context", type=int, action="append", help=f"tokens a request (default {CONTEXTS})")
@@ -146,6 +201,32 @@ def add_arguments(p) -> None:
     p.add_argument("--no-gathered", dest="gathered", action="store_false", help="do not time the gathered path")
     p.add_argument("--dense", action="store_true", help="also time our dense kernels' paged build (variant=\"dense\")")
     p.add_argument("--log", help="write the JSON lines here (default: stdout)")
+    p.add_argument("--tune", action="store_true",
+                   help="time the paged kernel and our dense path on the decode grid (default batches "
+                        f"{TUNE_BATCHES}, contexts {TUNE_CONTEXTS}, top-k {TUNE_TOP_K}) and write this GPU's decode "
+                        "table, which automatic dispatch reads to choose between them")
+    p.add_argument("--table", help="--tune: write the decode table here (default: this GPU's in the user's table "
+                                   "directory, FUSED_MQA_TOPK_TABLES or ~/.local/share/fused-mqa-topk/tables, decode/)")
+
+
+def write_decode_table(args, out) -> int:
+    from pathlib import Path
+
+    from runtime.decode_table import decode_table_path, save_decode_table
+    from runtime.gpu import device_identity
+
+    entries = tune_decode(args.batch or TUNE_BATCHES, args.context or TUNE_CONTEXTS, args.next_n or NEXT_N,
+                          args.heads or HEADS, args.top_k or TUNE_TOP_K, out=out)
+    identity = device_identity(torch.cuda.current_device())
+    path = Path(args.table) if args.table else decode_table_path(identity.key)
+    meta = {"gpu": identity.name, "sms": identity.sms, "torch": torch.__version__,
+            "command": "python -m generator decode " + " ".join(sys.argv[2:])}
+    save_decode_table(path, identity.key, entries, meta)
+    dense = sum(e.use(False) == "dense" for e in entries)
+    planned = sum(e.use(True) == "dense" for e in entries)
+    print(f"decode table: {len(entries)} steps to {path}; the dense path is faster on {dense} as called, on {planned} "
+          f"with the layout given", file=sys.stderr)
+    return 0
 
 
 def main(args) -> int:
@@ -154,6 +235,12 @@ def main(args) -> int:
               file=sys.stderr)
         return 2
     out = open(args.log, "w") if args.log else sys.stdout  # noqa: SIM115 -- closed below, or stdout
+    if args.tune:
+        try:
+            return write_decode_table(args, out)
+        finally:
+            if out is not sys.stdout:
+                out.close()
     try:
         rows = sweep(args.batch or BATCHES, args.context or CONTEXTS, args.next_n or NEXT_N, args.heads or HEADS,
                      args.top_k or TOP_K, out=out, gathered=args.gathered,

@@ -14,7 +14,7 @@ from .contract import SUPPORTED_HEADS, SUPPORTED_TOP_K, Problem, check_inputs
 from .dense import dense_mqa_topk
 from .dispatch import Decision, choose_variant, decide
 from .fused import AUTO, fused_op, run_checked
-from .paged import explain_paged, paged_mqa_topk, reference_paged_mqa_topk
+from .paged import decode_layout, explain_paged, paged_mqa_topk, reference_paged_mqa_topk
 from .paged_prefill import explain_paged_prefill, paged_prefill_mqa_topk
 from .reference import reference_mqa_topk
 from .variant import Variant
@@ -26,7 +26,7 @@ try:
 except PackageNotFoundError:  # a checkout on sys.path, not installed
     __version__ = "0+checkout"
 
-__all__ = ["__version__", "fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "paged_mqa_topk",
+__all__ = ["__version__", "fused_mqa_topk", "dense_mqa_topk", "reference_mqa_topk", "paged_mqa_topk", "decode_layout",
            "paged_prefill_mqa_topk", "explain_paged_prefill", "reference_paged_mqa_topk", "explain", "explain_paged", "choose_variant", "check_inputs", "SUPPORTED_HEADS",
            "SUPPORTED_TOP_K", "Problem", "Decision"]
 

@@ -21,10 +21,13 @@ import torch
 
 from .arch import Arch, arch_for_capability
 from .contract import DIM, _capturing, _tensor, check_inputs, check_queries, check_top_k
+from .decode_table import decode_table, nearest_decode
 from .dense import run_dense_paged
 from .dense_kernels import dense_variant_for
+from .dense_variant import DenseVariant
 from .fused import AUTO as FUSED_AUTO
 from .fused import run_checked
+from .gpu import device_identity
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
 from .page_layout import MAX_TILE_KEYS, PageLayout
 from .paged_variant import (
@@ -226,20 +229,45 @@ _kept_decode_rows = lru_cache(maxsize=64)(_decode_rows)
 
 
 def dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int,
-                         out: torch.Tensor | None = None) -> torch.Tensor:
+                         out: torch.Tensor | None = None, layout: PageLayout | None = None) -> torch.Tensor:
     """The paged contract by our dense kernels' paged build (Hopper, block sizes a multiple of 64):
     the serving path's shape, a logits kernel spread over the SMs then a top-k kernel, exact and
     reading the cache through the block tables. No readback (capturable); its fp32 logits take
-    B x next_n x the block table's capacity x 4 bytes, in pieces under the dense path's budget."""
+    B x next_n x the block table's capacity x 4 bytes, in pieces under the dense path's budget.
+    `layout`: the step's decode_layout, made once a step for every indexer layer (else made here)."""
     batch, next_n, heads = q.shape[:3]
     num_blocks, block_size = kv_cache.shape[:2]
     capacity = block_table.shape[1] * block_size
     variant = dense_variant_for(q.device, heads, top_k, capacity)
     if variant is None or block_size % 64:
         raise ValueError("the dense paged path runs our Hopper dense kernels, at block sizes that are multiples of 64")
-    layout = decode_layout(context_lens, block_table, next_n, block_size, num_blocks)
+    if layout is None:
+        layout = decode_layout(context_lens, block_table, next_n, block_size, num_blocks)
     return run_dense_paged(variant.paged_build(block_size), q.reshape(batch * next_n, heads, DIM), kv_cache, weights,
                            layout, top_k, capacity, out=out)
+
+
+def dense_paged_variant(problem: PagedProblem) -> DenseVariant | None:
+    """The dense kernels' paged build dense_paged_mqa_topk runs for this step, or None where there is none."""
+    variant = dense_variant_for(problem.device, problem.heads, problem.top_k, problem.capacity)
+    return variant.paged_build(problem.block_size) if variant is not None and problem.block_size % 64 == 0 else None
+
+
+def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | None, str]:
+    """(the dense path's build, why) where the GPU's decode table says the dense path is faster for
+    the step's nearest entry, else (None, why the paged kernel serves). `planned`: a layout is given."""
+    identity = device_identity(_index(problem.device))
+    table = decode_table(identity.key)
+    entry = nearest_decode(table.entries, problem.heads, problem.top_k, problem.next_n, problem.batch, problem.capacity)
+    if entry is None:
+        return None, f"no decode table entry for these heads, top-k and next_n ({table.why})"
+    dense = entry.dense_planned_ms if planned else entry.dense_ms
+    timed = (f"the nearest entry of {table.path.name} (B {entry.batch} x {entry.context} tokens): paged kernel "
+             f"{entry.kernel_ms * 1e3:.1f} us, dense {dense * 1e3:.1f} us" + (" with the layout given" if planned else ""))
+    if entry.use(planned) == "kernel":
+        return None, timed
+    variant = dense_paged_variant(problem)
+    return (variant, timed) if variant is not None else (None, timed + "; but no dense kernels serve this device")
 
 
 def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
@@ -281,42 +309,49 @@ def _index(device: torch.device) -> int:
 class PagedDecision:
     """What paged_mqa_topk does with a call, and why (explain_paged returns it)."""
 
-    variant: PagedVariant | None  # None: the gathered path
+    variant: PagedVariant | None  # None: the gathered path (or the dense path, where `dense` is set)
     why: str
     parts: int = 1  # how many parts each request's keys are cut into
     workspace_bytes: int = 0  # the launch's workspace (where the library is loaded)
+    dense: DenseVariant | None = None  # the dense path's build, where the decode table chose it
 
     @property
     def path(self) -> str:
-        return "gathered" if self.variant is None else "paged kernel"
+        return "dense" if self.dense is not None else "gathered" if self.variant is None else "paged kernel"
 
     def __str__(self) -> str:
-        lines = [f"path: {self.path}" + (f" ({self.variant.name})" if self.variant else ""), f"why: {self.why}"]
-        if self.variant is not None:
+        chosen = self.dense or self.variant
+        lines = [f"path: {self.path}" + (f" ({chosen.name})" if chosen else ""), f"why: {self.why}"]
+        if self.variant is not None and self.dense is None:
             lines.append(f"parts per request: {self.parts}" +
                          (f"; workspace {self.workspace_bytes / 2**20:.1f} MiB" if self.workspace_bytes else ""))
         return "\n".join(lines)
 
 
-def explain_paged(q, kv_cache, weights, context_lens, block_table, top_k: int, *, validate: bool = False) -> PagedDecision:
-    """What paged_mqa_topk would do with these arguments and why: the paged kernel's variant and its
-    split, or the gathered path and the reason. Checks shapes and dtypes (and with validate, the
-    values); launches nothing and compiles nothing."""
+def explain_paged(q, kv_cache, weights, context_lens, block_table, top_k: int, *, validate: bool = False,
+                  layout: PageLayout | None = None) -> PagedDecision:
+    """What paged_mqa_topk would do with these arguments and why: the dense path and the decode
+    table's times that chose it, or the paged kernel's variant and its split, or the gathered path
+    and the reason. Checks shapes and dtypes (and with validate, the values); launches nothing and
+    compiles nothing."""
     from .library_cache import find_library
 
     problem = check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, check_values=validate)
     variant, reason = _paged_choice(problem)
     if variant is None:
         return PagedDecision(None, reason)
+    dense, timed = _decode_route(problem, layout is not None)
+    if dense is not None:
+        return PagedDecision(None, f"faster by the decode table: {timed}", dense=dense)
     parts = parts_for(problem.batch, problem.capacity, problem.top_k, problem.device)
     library = find_library(variant)
+    default = f"the untuned default for these heads, top-k, next_n and block size; {timed}"
     if library is None:
-        why = "the untuned default for these heads, top-k, next_n and block size; no library is built yet: the first call " \
-              "compiles it (or, without nvcc or with FUSED_MQA_TOPK_NO_COMPILE, takes the gathered path)"
+        why = f"{default}; no library is built yet: the first call compiles it (or, without nvcc or with " \
+              "FUSED_MQA_TOPK_NO_COMPILE, takes the gathered path)"
         return PagedDecision(variant, why, parts)
     workspace = load(variant).workspace_bytes(problem.batch, parts)
-    return PagedDecision(variant, f"the untuned default for these heads, top-k, next_n and block size ({library})",
-                         parts, workspace)
+    return PagedDecision(variant, f"{default} ({library})", parts, workspace)
 
 
 @lru_cache(maxsize=64)
@@ -368,17 +403,21 @@ def launch_paged(variant: PagedVariant, q, kv_cache, weights, context_lens, bloc
 
 def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, *,
                    variant: PagedVariant | str | None = None, validate: bool = True,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
+                   out: torch.Tensor | None = None, layout: PageLayout | None = None) -> torch.Tensor:
     """Top-k token positions per decode row, int32 [B * next_n, top_k], ascending, -1 padded.
 
     Runs the paged kernel (Hopper; one launch, no readback, CUDA-graph capturable) where one serves
-    the shape, else the gathered path (gathered_paged_mqa_topk: reads the lengths back), which gives
+    the shape, or our dense kernels' paged build where the GPU's decode table (runtime.decode_table)
+    timed it faster for the nearest step (also capturable; its logits take B x next_n x the block
+    table's capacity x 4 bytes, in pieces under 512 MiB), else the gathered path (gathered_paged_mqa_topk: reads the lengths back), which gives
     the same answer; `variant` forces a PagedVariant (or its name), or "gathered" / "dense" (our dense
     kernels' paged build: dense_paged_mqa_topk) / "reference".
     validate=False skips the value checks (a readback: turn them off in CUDA graphs); shape and dtype
     checks always run, and unchecked bad values never fault or hang: lengths are clamped to the
     block table and block ids into the cache. `out`: a caller-owned contiguous int32 [B * next_n, top_k]
-    the answer is written into (and returned)."""
+    the answer is written into (and returned). `layout`: the step's decode_layout, made once a step
+    and passed to every indexer layer's call (the dense path's only; the decode table then reads the
+    dense path's time without the layout's kernels)."""
     problem = check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, check_values=validate)
     if out is not None:
         answer_buffer(out, problem.rows, top_k, q.device)  # (its checks)
@@ -388,8 +427,12 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
     if name == GATHERED:
         return _into(out, gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
     if name == DENSE:
-        return dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k, out=out)
+        return dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k, out=out, layout=layout)
     chosen = paged_variant_for(problem) if name == AUTO else PagedVariant.from_name(name)
+    if name == AUTO and chosen is not None:
+        dense, _ = _decode_route(problem, layout is not None)
+        if dense is not None and load_or_warn(dense, "the paged kernel") is not None:
+            return dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k, out=out, layout=layout)
     # (a forced variant that cannot be had raises KernelUnavailable from launch_paged's load; automatic
     # dispatch degrades to the gathered path with one warning)
     if chosen is not None and (name != AUTO or load_or_warn(chosen, "the gathered path") is not None):

@@ -82,19 +82,21 @@ def prefill_chunk_topk_paged(q_fp8, kv_cache, weights, block_table, cu_seq_lens,
         max_visible_keys=max_visible_keys, validate=False, out=out))
 
 
-def decode_topk(q_fp8, kv_cache, weights, seq_lens, block_table, topk_indices: torch.Tensor) -> torch.Tensor:
+def decode_topk(q_fp8, kv_cache, weights, seq_lens, block_table, topk_indices: torch.Tensor, *,
+                layout=None) -> torch.Tensor:
     """A decode step's top-k positions into topk_indices [B * next_n, top_k] (int32, the first rows of
     vLLM's buffer), positions within each request, -1 after a row's last. q_fp8 [B, next_n, H, 128] e4m3;
     kv_cache uint8 [num_blocks, block_size, 132] (or with vLLM's unsqueezed head dimension, [..., 1,
     132]); weights [B * next_n, H] fp32; seq_lens int32 [B, next_n] (vLLM's decode_metadata.seq_lens:
     row j of request b sees seq_lens[b, j] = context - next_n + j + 1 tokens) or [B] (the contexts);
-    block_table int32 [B, max_blocks]. Returns topk_indices."""
+    block_table int32 [B, max_blocks]; layout: the step's runtime.decode_layout, made once a step for
+    every layer (the dense path's; None: made by each call that takes it). Returns topk_indices."""
     if kv_cache.dim() == 3:
         kv_cache = kv_cache.unsqueeze(-2)
     context_lens = seq_lens[:, -1].contiguous() if seq_lens.dim() == 2 else seq_lens
     top_k = topk_indices.shape[-1]
     return _written(topk_indices, lambda out: paged_mqa_topk(q_fp8, kv_cache, weights, context_lens, block_table, top_k,
-                                                             validate=False, out=out))
+                                                             validate=False, out=out, layout=layout))
 
 
 def _written(buffer: torch.Tensor, run) -> torch.Tensor:

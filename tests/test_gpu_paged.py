@@ -10,10 +10,7 @@ import pytest
 import torch
 from conftest import hopper_skip
 
-from generator.paged_workloads import (
-    make_paged_workload,
-    verify_paged,
-)
+from generator.paged_workloads import PagedWorkload, make_paged_workload, verify_paged
 from generator.workloads import FAMILIES
 from runtime import paged_mqa_topk
 from runtime.paged import check_paged_inputs, launch_paged, paged_variant_for
@@ -27,6 +24,34 @@ POISON = -7
 SHAPES = [(h, k, n) for h in (32, 64) for k in (512, 1024, 2048) for n in SUPPORTED_NEXT_N]
 # Off the block size, shorter than every top_k, empty, shorter than next_n, and several tiles.
 CONTEXTS = [5000, 130, 0, 3, 2049, 9000, 64, 700]
+
+
+def route_by_table(monkeypatch, directory, entries) -> None:
+    """Dispatch reads a user decode table of `entries` (DecodeEntry) from `directory`, not the shipped one."""
+    import runtime.decode_table as dt
+    from runtime.gpu import device_identity
+
+    monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(directory))
+    key = device_identity(torch.cuda.current_device()).key
+    dt.save_decode_table(dt.decode_table_path(key), key, entries, {})
+    dt._recent.clear()
+
+
+def table_entry(wl, dense_faster: bool, planned: bool = False):
+    """A decode table entry at wl's step that times the dense path (as called, or with the layout
+    given) 50x faster than the paged kernel, or 20x slower."""
+    from runtime.decode_table import DecodeEntry
+
+    dense = 0.001 if dense_faster else 1.0
+    timed = (1.0, dense) if planned else (dense, 1.0)
+    return DecodeEntry(wl.heads, wl.top_k, wl.next_n, wl.batch, wl.block_table.shape[1] * wl.kv_cache.shape[1], 0.05, *timed)
+
+
+@pytest.fixture(autouse=True)
+def _the_kernel_unless_a_test_routes(tmp_path, monkeypatch):
+    """Every test here runs automatic dispatch on an empty decode table (the paged kernel) unless it
+    writes its own: the shipped table's choice moves with its timings, these tests' expectations do not."""
+    route_by_table(monkeypatch, tmp_path / "tables", [])
 
 
 def run(variant, wl, parts=None) -> torch.Tensor:
@@ -88,9 +113,13 @@ def test_auto_serves_the_paged_kernel_and_equals_the_reference():
     assert torch.equal(out, run(problem_variant, wl))
 
 
-def test_a_captured_step_replays_with_new_lengths_and_queries():
-    """Shapes fixed, lengths on the device: a step captured once answers every later step's data."""
+@pytest.mark.parametrize("dense", [False, True], ids=["paged kernel", "dense path"])
+def test_a_captured_step_replays_with_new_lengths_and_queries(tmp_path, monkeypatch, dense):
+    """Shapes fixed, lengths on the device: a step captured once answers every later step's data,
+    on the path automatic dispatch takes (the paged kernel, or the dense path where the decode table
+    says so: its layout made inside the graph)."""
     wl = make_paged_workload("random", [6000, 3000, 9000], 2, 64, 512, seed=4, device="cuda", table_slack=4)
+    route_by_table(monkeypatch, tmp_path, [table_entry(wl, dense)])
     q, cache, weights, lens, table, top_k = (x.clone() if isinstance(x, torch.Tensor) else x for x in wl.args())
     paged_mqa_topk(q, cache, weights, lens, table, top_k, validate=False)
     torch.cuda.synchronize()
@@ -105,7 +134,9 @@ def test_a_captured_step_replays_with_new_lengths_and_queries():
         torch.cuda.synchronize()
         eager = paged_mqa_topk(q, cache, weights, lens, table, top_k)
         assert torch.equal(out, eager), f"step {step}"
-        assert torch.equal(eager, paged_mqa_topk(q, cache, weights, lens, table, top_k, variant="reference"))
+        assert verify_paged(eager, PagedWorkload("random", q, cache, weights, lens, table, top_k), strict=True).ok
+        if not dense:
+            assert torch.equal(eager, paged_mqa_topk(q, cache, weights, lens, table, top_k, variant="reference"))
 
 
 def test_unvalidated_bad_values_do_not_fault_and_the_next_call_is_right():
@@ -130,13 +161,43 @@ def test_explain_paged_names_the_kernel_and_its_split():
 
 
 @pytest.mark.parametrize("family", ["random", "boundary_ties", "increasing", "all_equal"])
-@pytest.mark.parametrize(("heads", "top_k", "next_n"), [(64, 2048, 1), (32, 512, 4), (64, 512, 2)], ids=lambda x: str(x))
-def test_the_dense_path_gives_the_kernels_bytes(family, heads, top_k, next_n):
-    """variant="dense" (our dense kernels' paged build over decode_layout) against the paged kernel:
-    both exact with one tie-break and order, so the same bytes, poisoned outputs written whole."""
+@pytest.mark.parametrize(("heads", "top_k", "next_n"), [(64, 2048, 1), (32, 512, 2), (32, 512, 4), (64, 512, 2)],
+                         ids=lambda x: str(x))
+def test_the_dense_path_is_exact_and_where_its_arithmetic_is_the_kernels_gives_its_bytes(family, heads, top_k, next_n):
+    """variant="dense" (our dense kernels' paged build over decode_layout) against the paged kernel,
+    poisoned outputs written whole, every row verified by the two-sided rule. Where the kernel sums a
+    row's heads in one group of 64 columns (next_n x heads <= 64 after padding), its scores are the
+    dense kernels' bit for bit, so the answers are the same bytes; in two or more groups the sums'
+    order differs, and a key that ties the k-th within rounding may be swapped (both exact: 6 of the
+    decode table's 306 steps differed, in one or two rows each where examined, 2026-12-03)."""
     wl = make_paged_workload(family, CONTEXTS, next_n, heads, top_k, seed=21, device="cuda", shared_prefix=2)
     out = torch.full((wl.batch * wl.next_n, wl.top_k), POISON, dtype=torch.int32, device="cuda")
     paged_mqa_topk(*wl.args(), variant="dense", out=out)
     torch.cuda.synchronize()
     assert not (out == POISON).any(), "elements left unwritten"
-    assert torch.equal(out, run(default_paged_variant(heads, top_k, next_n, 64), wl))
+    assert verify_paged(out, wl, strict=True).ok
+    kernel = default_paged_variant(heads, top_k, next_n, 64)
+    if kernel.rows * heads == 64:
+        assert torch.equal(out, run(kernel, wl))
+
+
+@pytest.mark.parametrize("planned", [False, True], ids=["layout made in the call", "layout given"])
+def test_auto_takes_the_dense_path_where_the_decode_table_says(tmp_path, monkeypatch, planned):
+    """A decode table whose nearest entry times the dense path faster (as called, or with the layout
+    given): explain_paged names the dense path and the times, and AUTO's answer is the dense path's
+    bytes; an entry where the kernel is faster keeps the kernel."""
+    from runtime import explain_paged
+    from runtime.paged import decode_layout
+
+    wl = make_paged_workload("random", CONTEXTS, 2, 64, 2048, seed=22, device="cuda")
+    layout = decode_layout(wl.context_lens, wl.block_table, 2, 64, wl.kv_cache.shape[0]) if planned else None
+    answers = {"dense": paged_mqa_topk(*wl.args(), variant="dense"), "paged kernel": run(paged_variant_for(
+        check_paged_inputs(*wl.args())), wl)}
+    for dense_faster, path in ((True, "dense"), (False, "paged kernel")):
+        route_by_table(monkeypatch, tmp_path, [table_entry(wl, dense_faster, planned)])
+        decision = explain_paged(*wl.args(), layout=layout)
+        assert decision.path == path and "nearest entry" in decision.why, str(decision)
+        out = torch.full_like(answers[path], POISON)
+        paged_mqa_topk(*wl.args(), out=out, layout=layout)
+        torch.cuda.synchronize()
+        assert torch.equal(out, answers[path])

@@ -1,0 +1,64 @@
+"""The decode table (runtime/decode_table.py): the entries dispatch reads to choose between the paged
+kernel and the dense path, their lookup, and what makes them not count (CPU)."""
+
+import json
+
+import pytest
+
+from runtime.decode_table import (MARGIN, DecodeEntry, decode_code, decode_table, decode_table_path, nearest_decode,
+                                  save_decode_table)
+
+
+def entry(batch, context, kernel, dense, planned, next_n=1, heads=64, top_k=2048):
+    return DecodeEntry(heads, top_k, next_n, batch, context, kernel, dense, planned)
+
+
+def test_the_dense_path_is_used_only_past_the_margin():
+    assert entry(1, 8192, 0.035, 0.026, 0.011).use(planned=False) == "dense"
+    assert entry(1, 8192, 0.035, 0.034, 0.011).use(planned=False) == "kernel"  # within MARGIN: the kernel
+    assert entry(1, 8192, 0.035, 0.034, 0.011).use(planned=True) == "dense"
+    assert entry(1, 8192, 0.100, 0.100 * (1 - MARGIN) * 1.001, 0.2).use(planned=False) == "kernel"
+
+
+def test_nearest_matches_heads_top_k_and_next_n_then_the_step_on_a_log_scale():
+    table = [entry(1, 8192, 1, 1, 1), entry(64, 8192, 2, 2, 2), entry(1, 131072, 3, 3, 3),
+             entry(1, 8192, 4, 4, 4, next_n=2), entry(1, 8192, 5, 5, 5, top_k=512)]
+    assert nearest_decode(table, 64, 2048, 1, 2, 9000).kernel_ms == 1
+    assert nearest_decode(table, 64, 2048, 1, 32, 8192).kernel_ms == 2
+    assert nearest_decode(table, 64, 2048, 1, 1, 1 << 20).kernel_ms == 3
+    assert nearest_decode(table, 64, 2048, 2, 256, 1 << 20).kernel_ms == 4
+    assert nearest_decode(table, 64, 512, 1, 1, 8192).kernel_ms == 5
+    assert nearest_decode(table, 32, 2048, 1, 1, 8192) is None
+    assert nearest_decode(table, 64, 2048, 4, 1, 8192) is None
+
+
+def test_a_written_table_is_read_back_and_other_codes_times_are_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path))
+    path = decode_table_path("Test-GPU-7SM")
+    assert path.parent == tmp_path / "decode"
+    entries = [entry(1, 8192, 0.035, 0.026, 0.011), entry(4, 8192, 0.036, 0.03, 0.012, next_n=2)]
+    save_decode_table(path, "Test-GPU-7SM", entries, {"gpu": "Test GPU"})
+    data = json.loads(path.read_text())
+    assert data["code"] == decode_code() and data["identity"] == "Test-GPU-7SM" and len(data["entries"]) == 2
+    table = decode_table("Test-GPU-7SM")
+    assert table.path == path and set(table.entries) == set(entries)
+
+    data["code"] = "0" * 16 + "." + "0" * 16  # timed on other kernels: not used
+    path.write_text(json.dumps(data))
+    import runtime.decode_table as dt
+
+    dt._recent.clear()
+    stale = decode_table("Test-GPU-7SM")
+    assert stale.entries == () and "other kernel code" in stale.why
+
+
+def test_no_table_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path))
+    table = decode_table("No-Such-GPU-1SM")
+    assert table.path is None and table.entries == () and "no decode table" in table.why
+
+
+@pytest.mark.parametrize("field", ["kernel_ms", "dense_ms", "dense_planned_ms"])
+def test_entries_keep_their_times(field):
+    e = entry(16, 32768, 0.07, 0.09, 0.08)
+    assert e.to_json()[field] == getattr(e, field)
