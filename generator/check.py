@@ -27,7 +27,7 @@ from runtime.dense import dense_mqa_topk, run_dense
 from runtime.dense_variant import DenseVariant
 from runtime.fused import launch_variant
 from runtime.kernel_code import paged_code_digest
-from runtime.paged import launch_paged
+from runtime.paged import decode_layout, launch_paged, paged_mqa_topk
 from runtime.paged_variant import PagedVariant
 from runtime.scoring import logits_window
 from runtime.variant import Variant
@@ -259,15 +259,52 @@ def pending_paged(variant: PagedVariant, family: str, contexts, parts: int, seed
                    lambda: verify_paged_variant(variant, family, contexts, parts, seed))
 
 
+def dense_decode_check_name(heads: int, top_k: int, next_n: int, family: str, contexts, seed: int) -> str:
+    return f"dense decode h{heads} k{top_k} n{next_n} {family} contexts={','.join(map(str, contexts))} seed={seed}"
+
+
+def verify_dense_decode(heads: int, top_k: int, next_n: int, family: str, contexts, seed: int) -> Check:
+    """The dense decode path (paged_mqa_topk's variant="dense", which the decode table's dispatch
+    takes) on a step laid out in pages, over a poisoned output, every row verified strictly, and run
+    again with the step's layout given: the same bytes."""
+    wl = make_paged_workload(family, list(contexts), next_n, heads, top_k, seed=seed, device="cuda", shared_prefix=2,
+                             table_slack=2)
+
+    def run(layout=None) -> torch.Tensor:
+        out = torch.full((wl.batch * wl.next_n, wl.top_k), POISON, dtype=torch.int32, device="cuda")
+        paged_mqa_topk(*wl.args(), variant="dense", validate=False, out=out, layout=layout)
+        torch.cuda.synchronize()
+        return out
+
+    out = run()
+    repeat = repeat_detail(out, run(decode_layout(wl.context_lens, wl.block_table, next_n, wl.kv_cache.shape[1],
+                                                  wl.kv_cache.shape[0])))
+    poisoned = int((out == POISON).sum())
+    report = verify_paged(out, wl, strict=True)
+    return Check(dense_decode_check_name(heads, top_k, next_n, family, contexts, seed),
+                 report.ok and not poisoned and not repeat,
+                 report.summary() + (f"; {poisoned} unwritten" if poisoned else "") + repeat)
+
+
+def pending_dense_decode(heads: int, top_k: int, next_n: int, family: str, contexts, seed: int) -> Pending:
+    return Pending(dense_decode_check_name(heads, top_k, next_n, family, contexts, seed),
+                   lambda: verify_dense_decode(heads, top_k, next_n, family, contexts, seed))
+
+
 def shipped_paged_checks(families: Iterable[str]) -> list[Pending]:
     """Every paged decode variant the runtime ships, on every family laid out in pages, split into
-    four parts a request (against one part's bytes), and one long request split across the GPU."""
+    four parts a request (against one part's bytes), and one long request split across the GPU; and
+    the dense decode path (which the decode table may choose instead) at the same heads, top-k and
+    next_n on the same steps."""
     from .shipped import shipped_paged_variants
 
     checks = []
     for v in shipped_paged_variants():
         checks += [pending_paged(v, fam, PAGED_CONTEXTS, 4, 800 + i) for i, fam in enumerate(families)]
         checks.append(pending_paged(v, "random", (200_000,), 48, 900))
+        checks += [pending_dense_decode(v.heads, v.top_k, v.next_n, fam, PAGED_CONTEXTS, 800 + i)
+                   for i, fam in enumerate(families)]
+        checks.append(pending_dense_decode(v.heads, v.top_k, v.next_n, "random", (200_000,), 900))
     return checks
 
 

@@ -30,6 +30,9 @@ def test_shipped_paged_checks_cover_every_paged_variant_on_every_family_and_a_sp
         mine = [n for n in names if n.startswith(v.name + " ")]
         assert {n.split()[1] for n in mine} == set(FAMILIES), v.name
         assert any("contexts=200000 " in n for n in mine), "no check splits one long request across the GPU"
+        dense = [n for n in names if n.startswith(f"dense decode h{v.heads} k{v.top_k} n{v.next_n} ")]
+        assert {n.split()[5] for n in dense} == set(FAMILIES), v.name  # (the dense path the decode table may take)
+        assert any("contexts=200000 " in n for n in dense), "no check of the dense path's long-row kernels"
 
 
 def test_a_check_is_called_what_its_plan_called_it(monkeypatch):
