@@ -209,24 +209,39 @@ def add_arguments(p) -> None:
                                    "directory, FUSED_MQA_TOPK_TABLES or ~/.local/share/fused-mqa-topk/tables, decode/)")
 
 
-def write_decode_table(args, out) -> int:
+def decode_variants(heads=HEADS, top_ks=TUNE_TOP_K, next_ns=NEXT_N, block_size: int = 64) -> list:
+    """What `decode --tune` runs, to build first (in parallel): the paged kernel's defaults and our
+    dense kernels' paged builds, short-row and long-row, at these heads and top-k."""
+    from runtime.dense_variant import default_dense_variant
+    from runtime.paged_variant import default_paged_variant
+
+    paged = {default_paged_variant(h, k, n, block_size) for h in heads for k in top_ks for n in next_ns}
+    dense = {default_dense_variant(h, k, short_rows=short).paged_build(block_size)
+             for h in heads for k in top_ks for short in (True, False)}
+    return sorted(v.name for v in paged | dense if v is not None)
+
+
+def tune_decode_table(path=None, heads=HEADS, top_ks=TUNE_TOP_K, batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS,
+                      next_ns=NEXT_N, out=sys.stdout, command: str = "", log=print) -> list:
+    """Builds what the decode grid runs, times it (tune_decode) and writes this GPU's decode table to
+    `path` (default: the user's table directory's decode/); returns the entries."""
     from pathlib import Path
 
+    from runtime.build import build, spec_from_name
     from runtime.decode_table import decode_table_path, save_decode_table
     from runtime.gpu import device_identity
 
-    entries = tune_decode(args.batch or TUNE_BATCHES, args.context or TUNE_CONTEXTS, args.next_n or NEXT_N,
-                          args.heads or HEADS, args.top_k or TUNE_TOP_K, out=out)
+    build([spec_from_name(n) for n in decode_variants(heads, top_ks, next_ns)])
+    entries = tune_decode(batches, contexts, next_ns, heads, top_ks, out=out)
     identity = device_identity(torch.cuda.current_device())
-    path = Path(args.table) if args.table else decode_table_path(identity.key)
-    meta = {"gpu": identity.name, "sms": identity.sms, "torch": torch.__version__,
-            "command": "python -m generator decode " + " ".join(sys.argv[2:])}
-    save_decode_table(path, identity.key, entries, meta)
+    path = Path(path) if path else decode_table_path(identity.key)
+    save_decode_table(path, identity.key, entries, {"gpu": identity.name, "sms": identity.sms,
+                                                    "torch": torch.__version__, "command": command})
     dense = sum(e.use(False) == "dense" for e in entries)
     planned = sum(e.use(True) == "dense" for e in entries)
-    print(f"decode table: {len(entries)} steps to {path}; the dense path is faster on {dense} as called, on {planned} "
-          f"with the layout given", file=sys.stderr)
-    return 0
+    log(f"decode table: {len(entries)} steps to {path}; the dense path is faster on {dense} as called, on {planned} "
+        f"with the layout given")
+    return entries
 
 
 def main(args) -> int:
@@ -237,7 +252,11 @@ def main(args) -> int:
     out = open(args.log, "w") if args.log else sys.stdout  # noqa: SIM115 -- closed below, or stdout
     if args.tune:
         try:
-            return write_decode_table(args, out)
+            tune_decode_table(args.table, args.heads or HEADS, args.top_k or TUNE_TOP_K, args.batch or TUNE_BATCHES,
+                              args.context or TUNE_CONTEXTS, args.next_n or NEXT_N, out=out,
+                              command="python -m generator decode " + " ".join(sys.argv[2:]),
+                              log=lambda line: print(line, file=sys.stderr))
+            return 0
         finally:
             if out is not sys.stdout:
                 out.close()

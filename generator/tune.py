@@ -21,6 +21,7 @@ The measuring is behind a small interface (Measurer) so the bookkeeping runs on 
 from __future__ import annotations
 
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -558,6 +559,9 @@ def add_arguments(p) -> None:
     p.add_argument("--worker", action="store_true", help="search only, into --storage, and write no table (what "
                                                          "--gpus starts on each GPU; start it yourself on other hosts)")
     p.add_argument("--out-dir", type=Path, help="where to write <GPU>.json (default: FUSED_MQA_TOPK_TABLES, else ~/.local/share/fused-mqa-topk/tables; the shipped table: tuned_configs/)")
+    p.add_argument("--no-decode", dest="decode", action="store_false",
+                   help="on Hopper, skip the decode table (by default the run ends by timing the paged decode "
+                        "kernel against the dense path on the decode grid: `python -m generator decode --tune`)")
     p.add_argument("--refresh", action="store_true",
                    help="re-time the table's variants against today's dense path instead of searching")
     p.add_argument("--resume", action="store_true",
@@ -665,4 +669,14 @@ def main(args) -> int:
     log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; their measured trials came from: "
         f"{describe_sources(total_sources(results))}"
         f"{f'; {failed} failed (their reasons above and in the trials)' if failed else ''}; table: {path}")
+    if args.decode and "wgmma" in arch.mma_kinds:  # (the paged decode kernel is Hopper's)
+        from runtime.decode_table import decode_table_path
+
+        from .paged_bench import HEADS, TUNE_TOP_K, tune_decode_table
+
+        log("the decode table: the paged kernel against the dense path on the decode grid (--no-decode skips it)")
+        with open(os.devnull, "w") as rows:  # (each step's times are in the table's entries)
+            tune_decode_table(decode_table_path(gpu, out_dir), [h for h in args.heads or HEADS if h in HEADS],
+                              [k for k in args.top_k or TUNE_TOP_K if k in TUNE_TOP_K], out=rows,
+                              command=meta["command"], log=log)
     return 0 if len(tuned) == len(buckets) else 1

@@ -62,3 +62,26 @@ def test_no_table_says_so(tmp_path, monkeypatch):
 def test_entries_keep_their_times(field):
     e = entry(16, 32768, 0.07, 0.09, 0.08)
     assert e.to_json()[field] == getattr(e, field)
+
+
+def test_the_decode_grid_builds_the_paged_defaults_and_both_dense_builds():
+    """decode --tune (and tune's decode part) builds first what the grid runs: the paged kernel's
+    defaults at every next_n and our dense kernels' short-row and long-row paged builds."""
+    from generator.paged_bench import NEXT_N, decode_variants
+    from runtime.dense_variant import default_dense_variant
+    from runtime.paged_variant import default_paged_variant
+
+    names = set(decode_variants((64,), (512, 2048)))
+    assert {default_paged_variant(64, k, n, 64).name for k in (512, 2048) for n in NEXT_N} <= names
+    assert {default_dense_variant(64, k, short_rows=s).paged_build(64).name for k in (512, 2048) for s in (True, False)} <= names
+    assert not any("_h32_" in n for n in names)
+
+
+def test_tune_runs_the_decode_grid_unless_told_not_to():
+    import argparse
+
+    from generator.tune import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert p.parse_args([]).decode and not p.parse_args(["--no-decode"]).decode
