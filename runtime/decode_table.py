@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .kernel_code import code_digest, paged_code_digest
-from .table import RECHECK_S, SHIPPED_TABLE_DIR, mtime_ns, table_dir, table_path
+from .table import RECHECK_S, find_table, mtime_ns, table_dir, table_path
 
 DECODE_FOLDER = "decode"
 # The dense path is taken only where it beat the kernel by more than this share of the kernel's time
@@ -63,14 +63,6 @@ def decode_table_path(key: str, directory: Path | None = None) -> Path:
     return table_path(key, base / DECODE_FOLDER)
 
 
-def find_decode_table(key: str) -> Path | None:
-    """The user's decode table for this GPU if there is one, else the shipped one, else None."""
-    for path in (decode_table_path(key), decode_table_path(key, SHIPPED_TABLE_DIR)):
-        if path.is_file():
-            return path
-    return None
-
-
 @dataclass(frozen=True)
 class DecodeTable:
     path: Path | None
@@ -88,7 +80,7 @@ def decode_table(key: str) -> DecodeTable:
     seen = _recent.get((key, str(table_dir())))
     if seen is not None and now - seen[0] < RECHECK_S:
         return seen[1]
-    path = find_decode_table(key)
+    path = find_table(key, DECODE_FOLDER)  # (the user's, else the shipped one)
     table = (DecodeTable(None, (), f"no decode table for {key}") if path is None
              else _read(str(path), mtime_ns(str(path)), decode_code()))
     _recent[(key, str(table_dir()))] = (now, table)

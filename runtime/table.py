@@ -87,10 +87,10 @@ def table_dir() -> Path:
     return Path(data) / "fused-mqa-topk" / "tables"
 
 
-def find_table(key: str) -> Path | None:
+def find_table(key: str, folder: str = "") -> Path | None:
     """The table named for this GPU identity key: the user's (table_dir()) if there is one, else the
-    shipped one, else None."""
-    for path in (table_path(key), table_path(key, SHIPPED_TABLE_DIR)):
+    shipped one, else None; in `folder` of both ("decode": runtime.decode_table's)."""
+    for path in (table_path(key, table_dir() / folder), table_path(key, SHIPPED_TABLE_DIR / folder)):
         if path.is_file():
             return path
     return None

@@ -85,3 +85,14 @@ def test_tune_runs_the_decode_grid_unless_told_not_to():
     p = argparse.ArgumentParser()
     add_arguments(p)
     assert p.parse_args([]).decode and not p.parse_args(["--no-decode"]).decode
+
+
+def test_the_shipped_decode_table_is_found_where_the_user_has_none(tmp_path, monkeypatch):
+    import runtime.decode_table as dt
+    from runtime.table import SHIPPED_TABLE_DIR
+
+    monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path))
+    dt._recent.clear()
+    table = decode_table("H200-132SM")
+    assert table.path == SHIPPED_TABLE_DIR / "decode" / "H200-132SM.json"
+    assert table.entries or "other kernel code" in table.why  # (stale: `tools/restamp_table.py --decode` or re-time)
