@@ -18,7 +18,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -68,6 +68,15 @@ class DecodeTable:
     path: Path | None
     entries: tuple[DecodeEntry, ...]  # those timed on this package's kernel code
     why: str  # where the entries come from, or why there are none
+    _nearest: dict = field(default_factory=dict, compare=False, repr=False)  # (the lookups made, kept)
+
+    def nearest(self, heads: int, top_k: int, next_n: int, batch: int, context: int) -> DecodeEntry | None:
+        """nearest_decode over these entries, kept per step shape: an eager decode call asks it every
+        time, and a search over the whole table cost about 70 us of host time."""
+        key = (heads, top_k, next_n, batch, context)
+        if key not in self._nearest:
+            self._nearest[key] = nearest_decode(self.entries, *key)
+        return self._nearest[key]
 
 
 _recent: dict = {}

@@ -21,7 +21,7 @@ import torch
 
 from .arch import Arch, arch_for_capability
 from .contract import DIM, _capturing, _tensor, check_inputs, check_queries, check_top_k
-from .decode_table import decode_table, nearest_decode
+from .decode_table import decode_table
 from .dense import run_dense_paged
 from .dense_kernels import dense_variant_for
 from .dense_variant import DenseVariant
@@ -258,7 +258,7 @@ def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | 
     the step's nearest entry, else (None, why the paged kernel serves). `planned`: a layout is given."""
     identity = device_identity(_index(problem.device))
     table = decode_table(identity.key)
-    entry = nearest_decode(table.entries, problem.heads, problem.top_k, problem.next_n, problem.batch, problem.capacity)
+    entry = table.nearest(problem.heads, problem.top_k, problem.next_n, problem.batch, problem.capacity)
     if entry is None:
         return None, f"no decode table entry for these heads, top-k and next_n ({table.why})"
     dense = entry.dense_planned_ms if planned else entry.dense_ms

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from runtime.decode_table import (MARGIN, DecodeEntry, decode_code, decode_table, decode_table_path, nearest_decode,
+from runtime.decode_table import (MARGIN, DecodeEntry, DecodeTable, decode_code, decode_table, decode_table_path, nearest_decode,
                                   save_decode_table)
 
 
@@ -30,6 +30,9 @@ def test_nearest_matches_heads_top_k_and_next_n_then_the_step_on_a_log_scale():
     assert nearest_decode(table, 64, 512, 1, 1, 8192).kernel_ms == 5
     assert nearest_decode(table, 32, 2048, 1, 1, 8192) is None
     assert nearest_decode(table, 64, 2048, 4, 1, 8192) is None
+    kept = DecodeTable(None, tuple(table), "")  # (what dispatch asks: the same answers, kept per shape)
+    for shape in ((64, 2048, 1, 2, 9000), (64, 2048, 1, 32, 8192), (32, 2048, 1, 1, 8192), (64, 2048, 1, 2, 9000)):
+        assert kept.nearest(*shape) == nearest_decode(table, *shape)
 
 
 def test_a_written_table_is_read_back_and_other_codes_times_are_not(tmp_path, monkeypatch):
