@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from runtime.decode_table import (MARGIN, DecodeEntry, DecodeTable, decode_code, decode_table, decode_table_path, nearest_decode,
-                                  save_decode_table)
+from runtime.decode_table import (MARGIN, DecodeEntry, DecodeTable, decode_code, decode_table, decode_table_path,
+                                  nearest_decode, save_decode_table)
 
 
 def entry(batch, context, kernel, dense, planned, next_n=1, heads=64, top_k=2048):
