@@ -410,8 +410,9 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
     the shape, or our dense kernels' paged build where the GPU's decode table (runtime.decode_table)
     timed it faster for the nearest step (also capturable; its logits take B x next_n x the block
     table's capacity x 4 bytes, in pieces under 512 MiB), else the gathered path
-    (gathered_paged_mqa_topk: reads the lengths back), which gives the same answer; `variant` forces a PagedVariant (or its name), or "gathered" / "dense" (our dense
-    kernels' paged build: dense_paged_mqa_topk) / "reference".
+    (gathered_paged_mqa_topk: reads the lengths back), which gives the same answer; `variant` forces
+    a PagedVariant (or its name), or "gathered" / "dense" (our dense kernels' paged build:
+    dense_paged_mqa_topk) / "reference".
     validate=False skips the value checks (a readback: turn them off in CUDA graphs); shape and dtype
     checks always run, and unchecked bad values never fault or hang: lengths are clamped to the
     block table and block ids into the cache. `out`: a caller-owned contiguous int32 [B * next_n, top_k]

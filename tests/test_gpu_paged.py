@@ -44,7 +44,8 @@ def table_entry(wl, dense_faster: bool, planned: bool = False):
 
     dense = 0.001 if dense_faster else 1.0
     timed = (1.0, dense) if planned else (dense, 1.0)
-    return DecodeEntry(wl.heads, wl.top_k, wl.next_n, wl.batch, wl.block_table.shape[1] * wl.kv_cache.shape[1], 0.05, *timed)
+    capacity = wl.block_table.shape[1] * wl.kv_cache.shape[1]
+    return DecodeEntry(wl.heads, wl.top_k, wl.next_n, wl.batch, capacity, 0.05, *timed)
 
 
 @pytest.fixture(autouse=True)

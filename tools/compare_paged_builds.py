@@ -3,10 +3,10 @@
 For each decode step (BATCHxCONTEXT at each --heads, --top-k and --next-n; random_step's data, every
 request's blocks shuffled, block size 64) the default variant (runtime/paged_variant.py) built twice
 as .ablate/<variant>/<BUILD>.so (`tools/ablate.py build VARIANT --as BUILD`, at the commit before
-the change and after it). Both builds run the step at the runtime's split, and their answers must be
-the same bytes (both are exact with one tie-break and one order; the scan's arithmetic is theirs
-alike; --parts: at each of these splits instead, the same bytes at every one); the last build's is also checked by the two-sided rule on up to 64 rows. Each build is
-captured once in a CUDA graph and its replays timed in rounds that alternate the builds (a single
+the change and after it). Both builds run the step at the runtime's split (--parts: at each of
+these splits instead), and their answers must be the same bytes at every split (both are exact with
+one tie-break and one order; the scan's arithmetic is theirs alike); the last build's is also checked
+by the two-sided rule on up to 64 rows. Each build is captured once in a CUDA graph and its replays timed in rounds that alternate the builds (a single
 pair can be off by a few percent), the median of each build's rounds kept. A line per step, and
 JSON lines to --log.
 
