@@ -9,8 +9,8 @@ parts of its keys, the gated kernel on all_equal (every block overflows and is r
 streaming kernel compiled into the same library), the streaming wgmma and the portable mma.sync
 kernels, the dense path's logits and top-k kernels over several pieces, and the paged decode kernel
 (a step cut into parts whose lists one CTA merges, with and without the histogram's floor; and
-ties at the k-th place, which run its select over keys). A line passes when the tool reports 0 errors (racecheck: 0 hazards) and the launch's
-answers verify.
+ties at the k-th place, which run its select over keys). A line passes when the tool reports 0
+errors (racecheck: 0 hazards) and the launch's answers verify.
 
 What racecheck cannot see: it tracks shared memory only. The split tail hands a block's parts'
 candidates and counts to the CTA that finishes the block's last part through global memory (a
