@@ -13,6 +13,11 @@ import torch
 MAX_TILE_KEYS = 256  # the most keys a kernel tile loads past a row's end: `pages` covers them too
 
 
+def spare_blocks(block_size: int) -> int:
+    """The blocks `pages` holds past the last request's, so that a tile past a row's end reads block 0."""
+    return -(-MAX_TILE_KEYS // block_size)
+
+
 def request_of(cu: torch.Tensor, ks: torch.Tensor) -> torch.Tensor:
     """The request whose keys hold position ks (int64; the last request for positions past the end),
     cu being the requests' first keys and the end (int64 [R + 1])."""
@@ -40,8 +45,7 @@ def page_layout(block_table, cu_seq_lens, ks, ke, block_size: int, num_blocks: i
     blocks = (lens + block_size - 1) // block_size
     ends = blocks.cumsum(0)  # each request's last block + 1 in the new layout
     starts = ends - blocks
-    spare = -(-MAX_TILE_KEYS // block_size)
-    slot = torch.arange(requests * max_blocks + spare, device=block_table.device)
+    slot = torch.arange(requests * max_blocks + spare_blocks(block_size), device=block_table.device)
     owner = torch.searchsorted(ends, slot, right=True)
     inside = owner < requests
     owner = owner.clamp(max=requests - 1)

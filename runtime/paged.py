@@ -29,7 +29,7 @@ from .fused import AUTO as FUSED_AUTO
 from .fused import run_checked
 from .gpu import device_identity
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
-from .page_layout import MAX_TILE_KEYS, PageLayout
+from .page_layout import PageLayout, spare_blocks
 from .paged_variant import (
     CACHE_BYTES_PER_KEY,
     SUPPORTED_NEXT_N,
@@ -209,8 +209,7 @@ def decode_layout(context_lens, block_table, next_n: int, block_size: int, num_b
     key space is the same size: page_layout's bound is every row full."""
     batch, max_blocks = block_table.shape
     capacity = max_blocks * block_size
-    spare = -(-MAX_TILE_KEYS // block_size)
-    pages = torch.nn.functional.pad(block_table.reshape(-1), (0, spare)).clamp_(0, num_blocks - 1).int()
+    pages = torch.nn.functional.pad(block_table.reshape(-1), (0, spare_blocks(block_size))).clamp_(0, num_blocks - 1).int()
     make = _decode_rows if _capturing(block_table.device) else _kept_decode_rows
     first, lag = make(batch, next_n, capacity, block_table.device)
     lens = context_lens.clamp(0, capacity).repeat_interleave(next_n, output_size=batch * next_n)
@@ -229,28 +228,31 @@ _kept_decode_rows = lru_cache(maxsize=64)(_decode_rows)
 
 
 def dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int,
-                         out: torch.Tensor | None = None, layout: PageLayout | None = None) -> torch.Tensor:
+                         out: torch.Tensor | None = None, layout: PageLayout | None = None,
+                         build: DenseVariant | None = None) -> torch.Tensor:
     """The paged contract by our dense kernels' paged build (Hopper, block sizes a multiple of 64):
     the serving path's shape, a logits kernel spread over the SMs then a top-k kernel, exact and
     reading the cache through the block tables. No readback (capturable); its fp32 logits take
     B x next_n x the block table's capacity x 4 bytes, in pieces under the dense path's budget.
-    `layout`: the step's decode_layout, made once a step for every indexer layer (else made here)."""
+    `layout`: the step's decode_layout, made once a step for every indexer layer (else made here).
+    `build`: dense_paged_build's answer, where the caller has it."""
     batch, next_n, heads = q.shape[:3]
     num_blocks, block_size = kv_cache.shape[:2]
     capacity = block_table.shape[1] * block_size
-    variant = dense_variant_for(q.device, heads, top_k, capacity)
-    if variant is None or block_size % 64:
+    build = build or dense_paged_build(q.device, heads, top_k, capacity, block_size)
+    if build is None:
         raise ValueError("the dense paged path runs our Hopper dense kernels, at block sizes that are multiples of 64")
     if layout is None:
         layout = decode_layout(context_lens, block_table, next_n, block_size, num_blocks)
-    return run_dense_paged(variant.paged_build(block_size), q.reshape(batch * next_n, heads, DIM), kv_cache, weights,
-                           layout, top_k, capacity, out=out)
+    return run_dense_paged(build, q.reshape(batch * next_n, heads, DIM), kv_cache, weights, layout, top_k, capacity,
+                           out=out)
 
 
-def dense_paged_variant(problem: PagedProblem) -> DenseVariant | None:
-    """The dense kernels' paged build dense_paged_mqa_topk runs for this step, or None where there is none."""
-    variant = dense_variant_for(problem.device, problem.heads, problem.top_k, problem.capacity)
-    return variant.paged_build(problem.block_size) if variant is not None and problem.block_size % 64 == 0 else None
+def dense_paged_build(device: torch.device, heads: int, top_k: int, capacity: int, block_size: int) -> DenseVariant | None:
+    """The dense kernels' paged build dense_paged_mqa_topk runs for a step whose block-table rows hold
+    `capacity` tokens, or None where there is none (not Hopper, a block size off 64)."""
+    variant = dense_variant_for(device, heads, top_k, capacity)
+    return variant.paged_build(block_size) if variant is not None and block_size % 64 == 0 else None
 
 
 def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | None, str]:
@@ -266,7 +268,7 @@ def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | 
              f"{entry.kernel_ms * 1e3:.1f} us, dense {dense * 1e3:.1f} us" + (" with the layout given" if planned else ""))
     if entry.use(planned) == "kernel":
         return None, timed
-    variant = dense_paged_variant(problem)
+    variant = dense_paged_build(problem.device, problem.heads, problem.top_k, problem.capacity, problem.block_size)
     return (variant, timed) if variant is not None else (None, timed + "; but no dense kernels serve this device")
 
 
@@ -433,7 +435,8 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
     if name == AUTO and chosen is not None:
         dense, _ = _decode_route(problem, layout is not None)
         if dense is not None and load_or_warn(dense, "the paged kernel") is not None:
-            return dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k, out=out, layout=layout)
+            return dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k, out=out, layout=layout,
+                                        build=dense)
     # (a forced variant that cannot be had raises KernelUnavailable from launch_paged's load; automatic
     # dispatch degrades to the gathered path with one warning)
     if chosen is not None and (name != AUTO or load_or_warn(chosen, "the gathered path") is not None):
