@@ -32,7 +32,7 @@ from runtime.paged_variant import PagedVariant
 from runtime.scoring import logits_window
 from runtime.variant import Variant
 
-from .paged_workloads import make_paged_workload, verify_paged
+from .paged_workloads import PagedWorkload, make_paged_workload, verify_paged
 from .provenance import code_digest
 from .space import AXES
 from .timing import median_ms, scoring_tflops, visible_pairs
@@ -237,20 +237,33 @@ def verify_paged_variant(variant: PagedVariant, family: str, contexts, parts: in
     """The paged kernel on a step laid out in pages, over a poisoned output, every row verified
     strictly, and run again with the other split (one part, or `parts`): the same bytes, or the check
     fails (each part's list is exact, so no split may change the answer)."""
-    wl = make_paged_workload(family, list(contexts), variant.next_n, variant.heads, variant.top_k, seed=seed,
-                             device="cuda", shared_prefix=2, table_slack=2)
+    wl = paged_check_step(family, contexts, variant.next_n, variant.heads, variant.top_k, seed)
+    run = lambda split: poisoned_run(wl, lambda out: launch_paged(variant, *wl.args(), out=out, parts=split))  # noqa: E731
+    return paged_check(paged_check_name(variant, family, contexts, parts, seed), wl, run(parts),
+                       run(1 if parts > 1 else 3))
 
-    def run(split: int) -> torch.Tensor:
-        out = torch.full((wl.batch * wl.next_n, wl.top_k), POISON, dtype=torch.int32, device="cuda")
-        launch_paged(variant, *wl.args(), out=out, parts=split)
-        torch.cuda.synchronize()
-        return out
 
-    out = run(parts)
-    repeat = repeat_detail(out, run(1 if parts > 1 else 3))
+def paged_check_step(family: str, contexts, next_n: int, heads: int, top_k: int, seed: int) -> PagedWorkload:
+    """The decode step a paged check runs: `contexts` laid out in pages, two shared prefix blocks, slack
+    in the block table."""
+    return make_paged_workload(family, list(contexts), next_n, heads, top_k, seed=seed, device="cuda",
+                               shared_prefix=2, table_slack=2)
+
+
+def poisoned_run(wl: PagedWorkload, launch) -> torch.Tensor:
+    """launch(out) into an output filled with POISON first, finished."""
+    out = torch.full((wl.batch * wl.next_n, wl.top_k), POISON, dtype=torch.int32, device="cuda")
+    launch(out)
+    torch.cuda.synchronize()
+    return out
+
+
+def paged_check(name: str, wl: PagedWorkload, out: torch.Tensor, again: torch.Tensor) -> Check:
+    """Passes where `out` is written whole, verifies strictly on every row, and `again` is its bytes."""
+    repeat = repeat_detail(out, again)
     poisoned = int((out == POISON).sum())
     report = verify_paged(out, wl, strict=True)
-    return Check(paged_check_name(variant, family, contexts, parts, seed), report.ok and not poisoned and not repeat,
+    return Check(name, report.ok and not poisoned and not repeat,
                  report.summary() + (f"; {poisoned} unwritten" if poisoned else "") + repeat)
 
 
@@ -267,23 +280,11 @@ def verify_dense_decode(heads: int, top_k: int, next_n: int, family: str, contex
     """The dense decode path (paged_mqa_topk's variant="dense", which the decode table's dispatch
     takes) on a step laid out in pages, over a poisoned output, every row verified strictly, and run
     again with the step's layout given: the same bytes."""
-    wl = make_paged_workload(family, list(contexts), next_n, heads, top_k, seed=seed, device="cuda", shared_prefix=2,
-                             table_slack=2)
-
-    def run(layout=None) -> torch.Tensor:
-        out = torch.full((wl.batch * wl.next_n, wl.top_k), POISON, dtype=torch.int32, device="cuda")
-        paged_mqa_topk(*wl.args(), variant="dense", validate=False, out=out, layout=layout)
-        torch.cuda.synchronize()
-        return out
-
-    out = run()
-    repeat = repeat_detail(out, run(decode_layout(wl.context_lens, wl.block_table, next_n, wl.kv_cache.shape[1],
-                                                  wl.kv_cache.shape[0])))
-    poisoned = int((out == POISON).sum())
-    report = verify_paged(out, wl, strict=True)
-    return Check(dense_decode_check_name(heads, top_k, next_n, family, contexts, seed),
-                 report.ok and not poisoned and not repeat,
-                 report.summary() + (f"; {poisoned} unwritten" if poisoned else "") + repeat)
+    wl = paged_check_step(family, contexts, next_n, heads, top_k, seed)
+    run = lambda layout: poisoned_run(wl, lambda out: paged_mqa_topk(  # noqa: E731
+        *wl.args(), variant="dense", validate=False, out=out, layout=layout))
+    layout = decode_layout(wl.context_lens, wl.block_table, next_n, wl.kv_cache.shape[1], wl.kv_cache.shape[0])
+    return paged_check(dense_decode_check_name(heads, top_k, next_n, family, contexts, seed), wl, run(None), run(layout))
 
 
 def pending_dense_decode(heads: int, top_k: int, next_n: int, family: str, contexts, seed: int) -> Pending:
