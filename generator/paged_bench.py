@@ -15,8 +15,11 @@ import sys
 import torch
 
 from runtime.loader import load
-from runtime.paged import check_paged_inputs, gathered_paged_mqa_topk, paged_mqa_topk, paged_variant_for, parts_for
+from runtime.dense import DEFAULT_LOGITS_BUDGET
+from runtime.paged import (check_paged_inputs, decode_layout, explain_paged, gathered_paged_mqa_topk, paged_mqa_topk,
+                           paged_variant_for, parts_for)
 from runtime.paged_variant import CACHE_BYTES_PER_KEY
+from runtime.scoring import window_pieces
 
 from .timing import geometric_mean, median_ms
 
@@ -79,6 +82,13 @@ def random_step(batch: int, context: int, next_n: int, heads: int, top_k: int, b
     return (q, cache.view(num_blocks, block_size, 1, CACHE_BYTES_PER_KEY), weights, lens, table.view(batch, blocks), top_k)
 
 
+def with_heads(step, heads: int):
+    """random_step's step with its first `heads` heads (the same cache: a step's data made once for every
+    head count)."""
+    q, cache, weights, lens, table, top_k = step
+    return (q[:, :, :heads].contiguous(), cache, weights[:, :heads].contiguous(), lens, table, top_k)
+
+
 def graph_replay_ms(fn) -> float:
     """fn() captured once in a CUDA graph, then the median of its replays (the launch hidden)."""
     fn()  # loads the library and warms the allocator outside the capture
@@ -90,6 +100,10 @@ def graph_replay_ms(fn) -> float:
 
 
 def time_step(args, rate: float, gathered: bool = True, distribution: str = "positive", dense: bool = False) -> dict:
+    """One step timed as a server calls it: automatic dispatch eager and graph-replayed, as called and
+    with the step's decode_layout given (made once a step, outside the timed call), the path each took,
+    and the memory a call takes beyond its answer (the paged kernel's workspace or the dense path's
+    logits)."""
     q, cache, _weights, lens, table, top_k = args
     batch, next_n, heads = q.shape[:3]
     context = int(lens[0])
@@ -98,13 +112,20 @@ def time_step(args, rate: float, gathered: bool = True, distribution: str = "pos
     parts = parts_for(batch, problem.capacity, top_k, q.device)
     step_bytes = batch * context * CACHE_BYTES_PER_KEY
     floor_ms = step_bytes / rate * 1e3
+    layout = decode_layout(lens, table, next_n, cache.shape[1], cache.shape[0])
     call = lambda: paged_mqa_topk(*args, validate=False)
+    planned = lambda: paged_mqa_topk(*args, validate=False, layout=layout)
     eager = median_ms(call, warmup=3, reps=20)
     replay = graph_replay_ms(call)
+    path, path_planned = (explain_paged(*args, layout=given).path for given in (None, layout))
     row = {"distribution": distribution, "batch": batch, "context": context, "next_n": next_n, "heads": heads, "top_k": top_k,
            "variant": variant.name if variant else None, "parts": parts, "step_mib": step_bytes / 2**20,
-           "workspace_mib": load(variant).workspace_bytes(batch, parts) / 2**20 if variant else 0.0,
-           "floor_ms": floor_ms, "eager_ms": eager, "graph_ms": replay, "share_of_floor": floor_ms / replay}
+           "path": path, "path_layout_given": path_planned,
+           "call_mib": _call_bytes(path, variant, problem) / 2**20,
+           "call_mib_layout_given": _call_bytes(path_planned, variant, problem) / 2**20,
+           "floor_ms": floor_ms, "eager_ms": eager, "graph_ms": replay, "share_of_floor": floor_ms / replay,
+           "layout_graph_ms": graph_replay_ms(planned) if path_planned != path or path == "dense" else replay,
+           "same_bytes_layout_given": bool(torch.equal(call(), planned()))}
     if dense:  # our dense kernels' paged build, the same step replayed; both exact: the same bytes
         row["dense_graph_ms"] = graph_replay_ms(lambda: paged_mqa_topk(*args, validate=False, variant="dense"))
         row["dense_same_bytes"] = bool(torch.equal(paged_mqa_topk(*args, validate=False),
@@ -112,6 +133,19 @@ def time_step(args, rate: float, gathered: bool = True, distribution: str = "pos
     if gathered and 2 * step_bytes <= GATHER_LIMIT_BYTES:
         row["gathered_ms"] = median_ms(lambda: gathered_paged_mqa_topk(*args), warmup=2, reps=10)
     return row
+
+
+def _call_bytes(path: str, variant, problem) -> int:
+    """Device memory a call of `path` takes beyond its answer: the paged kernel's workspace, or the dense
+    path's logits (a window of the block table's capacity for as many rows as fit its budget)."""
+    if path == "dense":
+        rows = problem.batch * problem.next_n
+        window, piece_rows = window_pieces(rows, problem.batch * problem.capacity, problem.capacity, DEFAULT_LOGITS_BUDGET)
+        return 4 * window * piece_rows
+    if path == "paged kernel":
+        return load(variant).workspace_bytes(problem.batch, parts_for(problem.batch, problem.capacity, problem.top_k,
+                                                                      problem.device))
+    return 0
 
 
 def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_ks=TOP_K, out=sys.stdout,
@@ -123,10 +157,10 @@ def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_k
     for distribution, batch, context in itertools.product(distributions, batches, contexts):
         if batch * context * CACHE_BYTES_PER_KEY > memory_limit:
             continue
-        for h, next_n in itertools.product(heads, next_ns):
-            args = random_step(batch, context, next_n, h, top_ks[0], distribution=distribution)
-            for top_k in top_ks:
-                row = time_step((*args[:5], top_k), rate, gathered, distribution, dense)
+        for next_n in next_ns:
+            args = random_step(batch, context, next_n, max(heads), top_ks[0], distribution=distribution)
+            for h, top_k in itertools.product(heads, top_ks):
+                row = time_step((*with_heads(args, h)[:5], top_k), rate, gathered, distribution, dense)
                 rows.append(row)
                 print(json.dumps(row), file=out, flush=True)
             del args

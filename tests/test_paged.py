@@ -263,3 +263,17 @@ def test_the_decode_bench_distributions_lay_their_data_out_by_position():
             assert (per_request[:, :4].mean(1) > 4 * per_request[:, 4:100].mean(1)).all()
     with pytest.raises(ValueError, match="distribution"):
         random_step(1, 64, 1, 32, 512, distribution="uniform", device="cpu")
+
+
+def test_a_bench_step_at_fewer_heads_is_its_first_heads_over_the_same_cache():
+    """The decode bench makes a step's data once at the most heads and times fewer heads on its first
+    ones: a valid step (contiguous queries and weights) over the same cache."""
+    from generator.paged_bench import random_step, with_heads
+
+    step = random_step(2, 700, 2, 64, 512, device="cpu")
+    fewer = with_heads(step, 32)
+    q, cache, weights = fewer[:3]
+    check_paged_inputs(*fewer)
+    assert q.shape == (2, 2, 32, 128) and weights.shape == (4, 32) and q.is_contiguous() and weights.is_contiguous()
+    assert cache is step[1] and torch.equal(weights, step[2][:, :32])
+    assert torch.equal(q.view(torch.uint8), step[0].view(torch.uint8)[:, :, :32])
