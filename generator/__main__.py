@@ -73,6 +73,8 @@ def cmd_render(args) -> int:
 def cmd_build(args) -> int:
     from runtime.build import build, cache_dir, resource_report
 
+    from .resources import build_problems
+
     from .shipped import (
         shipped_dense_variants,
         shipped_paged_prefill_variants,
@@ -99,7 +101,7 @@ def cmd_build(args) -> int:
     print(f"# {len(variants)} variants; compiling those not in {cache_dir()} (nvcc, {args.jobs or os.cpu_count()} jobs)",
           file=sys.stderr, flush=True)
     plans = build(variants, jobs=args.jobs, progress=True)
-    dirty = 0
+    dirty, problems = 0, []
     for p in plans:
         if not p.log.exists():  # a cached library whose log was pruned (e.g. a cache carried to another machine)
             print(f"{p.variant.name}: cached, no build log (resources not reported)")
@@ -109,9 +111,12 @@ def cmd_build(args) -> int:
             dirty += not r.clean
             print(f"{p.variant.name} {kernel}: regs={r.registers} stack={r.stack_bytes} "
                   f"spills={r.spill_store_bytes}/{r.spill_load_bytes}")
+        problems += build_problems(p)
     print(f"# built {len(plans)} variants into {plans[0].library.parent.parent}; {dirty} kernels with stack or spills",
           file=sys.stderr)
-    return 0
+    for problem in problems:
+        print(f"# out of bounds (generator/resources.py): {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def cmd_check(args) -> int:

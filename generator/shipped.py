@@ -2,8 +2,9 @@
 variant per (kernel kind, heads, top_k), the dense variant per (heads, top_k), the paged decode
 kernel's default per (heads, top_k, next_n), and the paged builds of the Hopper fused and dense ones
 (prefill from the paged cache), these two at the block size vLLM's indexer cache uses. CI compiles
-the fused and dense ones (tests/test_build.py), two paged decode ones (tests/test_paged.py) and three
-paged prefill builds (tests/test_paged_prefill.py); `build --shipped` compiles them all."""
+a fused and a dense one of each kind (tests/test_build.py), two paged decode ones (tests/test_paged.py)
+and three paged prefill builds (tests/test_paged_prefill.py); `build --shipped` compiles them all and
+holds them to generator/resources.py's rules."""
 
 from __future__ import annotations
 
