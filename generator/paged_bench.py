@@ -169,9 +169,12 @@ def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_k
 
 
 # The steps `decode --tune` times both paths on; the nearest entry answers for the steps between and
-# beyond (those of more than TUNE_MAX_TOKENS tokens take their nearest timed step's choice).
+# beyond (those of more than TUNE_MAX_TOKENS tokens take their nearest timed step's choice). 1M-token
+# requests are timed where they fit the cap (B 1-16): the nearest entry of a grid stopping at 512K
+# chose the dense path with the layout given for one 1M-token request, 2.5x slower than the kernel
+# there (BENCHMARKS.md, "Decode against the serving path").
 TUNE_BATCHES = (1, 4, 16, 64, 256)
-TUNE_CONTEXTS = (8192, 32768, 131072, 524288)
+TUNE_CONTEXTS = (8192, 32768, 131072, 524288, 1 << 20)
 TUNE_TOP_K = (512, 1024, 2048)
 TUNE_MAX_TOKENS = 16 << 20  # steps of more tokens are not timed (their data takes longest to make)
 
@@ -195,11 +198,11 @@ def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, he
     for batch, context in itertools.product(batches, contexts):
         if batch * context > TUNE_MAX_TOKENS:
             continue
-        for h, next_n in itertools.product(heads, next_ns):
-            args = random_step(batch, context, next_n, h, top_ks[0])
-            q, cache, weights, lens, table, _ = args
-            layout = decode_layout(lens, table, next_n, cache.shape[1], cache.shape[0])
-            for top_k in top_ks:
+        for next_n in next_ns:
+            made = random_step(batch, context, next_n, max(heads), top_ks[0])
+            layout = decode_layout(made[3], made[4], next_n, made[1].shape[1], made[1].shape[0])
+            for h, top_k in itertools.product(heads, top_ks):
+                args = with_heads(made, h)
                 step = (*args[:5], top_k)
                 kernel = paged_variant_for(check_paged_inputs(*step, check_values=False))
                 if kernel is None:
@@ -218,7 +221,7 @@ def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, he
                 if exact:
                     entries.append(DecodeEntry(h, top_k, next_n, batch, context, *(round(t, 5) for t in times),
                                                measured=datetime.now(timezone.utc).isoformat(timespec="seconds")))
-            del args, q, cache, weights, lens, table, layout
+            del made, args, layout
             torch.cuda.empty_cache()
     return entries
 
