@@ -124,6 +124,7 @@ def time_step(args, rate: float, gathered: bool = True, distribution: str = "pos
            "call_mib": _call_bytes(path, variant, problem) / 2**20,
            "call_mib_layout_given": _call_bytes(path_planned, variant, problem) / 2**20,
            "floor_ms": floor_ms, "eager_ms": eager, "graph_ms": replay, "share_of_floor": floor_ms / replay,
+           "layout_eager_ms": median_ms(planned, warmup=3, reps=20),
            "layout_graph_ms": graph_replay_ms(planned) if path_planned != path or path == "dense" else replay,
            "same_bytes_layout_given": bool(torch.equal(call(), planned()))}
     if dense:  # our dense kernels' paged build, the same step replayed; both exact: the same bytes

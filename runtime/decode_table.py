@@ -23,7 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from .kernel_code import code_digest, paged_code_digest
-from .table import RECHECK_S, find_table, mtime_ns, table_dir, table_path
+from .environment import snapshot
+from .table import RECHECK_S, TABLE_ENVIRONMENT, _user_table_dir, find_table, mtime_ns, table_dir, table_path
 
 DECODE_FOLDER = "decode"
 # The dense path is taken only where it beat the kernel by more than this share of the kernel's time
@@ -86,13 +87,14 @@ def decode_table(key: str) -> DecodeTable:
     """The decode entries dispatch reads for the GPU identity key. Asked on every automatic call: the
     files are looked at again at most every RECHECK_S seconds (as runtime.table.current_table)."""
     now = time.monotonic()
-    seen = _recent.get((key, str(table_dir())))
+    user = _user_table_dir(snapshot(TABLE_ENVIRONMENT))  # (table_dir() itself costs tens of us: pathlib)
+    seen = _recent.get((key, user))
     if seen is not None and now - seen[0] < RECHECK_S:
         return seen[1]
     path = find_table(key, DECODE_FOLDER)  # (the user's, else the shipped one)
     table = (DecodeTable(None, (), f"no decode table for {key}") if path is None
              else _read(str(path), mtime_ns(str(path)), decode_code()))
-    _recent[(key, str(table_dir()))] = (now, table)
+    _recent[(key, user)] = (now, table)
     return table
 
 

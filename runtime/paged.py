@@ -21,7 +21,7 @@ import torch
 
 from .arch import Arch, arch_for_capability
 from .contract import DIM, _capturing, _tensor, check_inputs, check_queries, check_top_k
-from .decode_table import decode_table
+from .decode_table import DecodeEntry, DecodeTable, decode_table
 from .dense import run_dense_paged
 from .dense_kernels import dense_variant_for
 from .dense_variant import DenseVariant
@@ -248,28 +248,45 @@ def dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k:
                            out=out)
 
 
+# (kept: a new DenseVariant a call would compute its name again, which finding its library asks)
+_paged_build = lru_cache(maxsize=64)(DenseVariant.paged_build)
+
+
 def dense_paged_build(device: torch.device, heads: int, top_k: int, capacity: int, block_size: int) -> DenseVariant | None:
     """The dense kernels' paged build dense_paged_mqa_topk runs for a step whose block-table rows hold
     `capacity` tokens, or None where there is none (not Hopper, a block size off 64)."""
     variant = dense_variant_for(device, heads, top_k, capacity)
-    return variant.paged_build(block_size) if variant is not None and block_size % 64 == 0 else None
+    return _paged_build(variant, block_size) if variant is not None and block_size % 64 == 0 else None
 
 
-def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | None, str]:
-    """(the dense path's build, why) where the GPU's decode table says the dense path is faster for
-    the step's nearest entry, else (None, why the paged kernel serves). `planned`: a layout is given."""
-    identity = device_identity(_index(problem.device))
-    table = decode_table(identity.key)
+class DecodeRoute(NamedTuple):
+    """What the GPU's decode table says of a step: asked on every automatic call, worded (why) only
+    for explain_paged."""
+
+    table: DecodeTable
+    entry: DecodeEntry | None  # the nearest timed step, or None
+    planned: bool  # a layout is given
+    no_dense: bool = False  # the table chose the dense path, and no dense kernels serve this device
+
+    def why(self) -> str:
+        if self.entry is None:
+            return f"no decode table entry for these heads, top-k and next_n ({self.table.why})"
+        e = self.entry
+        dense = e.dense_planned_ms if self.planned else e.dense_ms
+        return (f"the nearest entry of {self.table.path.name} (B {e.batch} x {e.context} tokens): paged kernel "
+                f"{e.kernel_ms * 1e3:.1f} us, dense {dense * 1e3:.1f} us" + (" with the layout given" if self.planned else "")
+                + ("; but no dense kernels serve this device" if self.no_dense else ""))
+
+
+def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | None, DecodeRoute]:
+    """(the dense path's build, the table's say) where the GPU's decode table says the dense path is
+    faster for the step's nearest entry, else (None, its say)."""
+    table = decode_table(device_identity(_index(problem.device)).key)
     entry = table.nearest(problem.heads, problem.top_k, problem.next_n, problem.batch, problem.capacity)
-    if entry is None:
-        return None, f"no decode table entry for these heads, top-k and next_n ({table.why})"
-    dense = entry.dense_planned_ms if planned else entry.dense_ms
-    timed = (f"the nearest entry of {table.path.name} (B {entry.batch} x {entry.context} tokens): paged kernel "
-             f"{entry.kernel_ms * 1e3:.1f} us, dense {dense * 1e3:.1f} us" + (" with the layout given" if planned else ""))
-    if entry.use(planned) == "kernel":
-        return None, timed
+    if entry is None or entry.use(planned) == "kernel":
+        return None, DecodeRoute(table, entry, planned)
     variant = dense_paged_build(problem.device, problem.heads, problem.top_k, problem.capacity, problem.block_size)
-    return (variant, timed) if variant is not None else (None, timed + "; but no dense kernels serve this device")
+    return variant, DecodeRoute(table, entry, planned, variant is None)
 
 
 def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
@@ -342,7 +359,8 @@ def explain_paged(q, kv_cache, weights, context_lens, block_table, top_k: int, *
     variant, reason = _paged_choice(problem)
     if variant is None:
         return PagedDecision(None, reason)
-    dense, timed = _decode_route(problem, layout is not None)
+    dense, route = _decode_route(problem, layout is not None)
+    timed = route.why()
     if dense is not None:
         return PagedDecision(None, f"faster by the decode table: {timed}", dense=dense)
     parts = parts_for(problem.batch, problem.capacity, problem.top_k, problem.device)
