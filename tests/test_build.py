@@ -26,6 +26,35 @@ from runtime.render import render
 REPO = Path(__file__).resolve().parent.parent
 
 
+def use_fake_nvcc(directory: Path, monkeypatch, slow_over: str | None = None) -> None:
+    """NVCC set to a script that writes a stand-in file where nvcc would write a library (taking 3 s
+    over a library whose name holds `slow_over`): for tests of the cache and its locks, not of the
+    compiler. The toolchain's answers (nvcc's path and version) are cleared: the caller clears them
+    again when it ends (fake_nvcc does)."""
+    from runtime import toolchain
+
+    fake = directory / "nvcc"
+    fake.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake nvcc V0.0"; exit 0; fi\n'
+                    'out=""; while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
+                    + (f'case "$out" in *{slow_over}*) sleep 3;; esac\n' if slow_over else "")
+                    + 'echo "not a library" > "$out"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("NVCC", str(fake))
+    toolchain.nvcc_path.cache_clear()
+    toolchain.nvcc_version.cache_clear()
+
+
+@pytest.fixture
+def fake_nvcc(tmp_cache, tmp_path, monkeypatch):
+    from runtime import toolchain
+
+    use_fake_nvcc(tmp_path, monkeypatch)
+    yield
+    toolchain.nvcc_path.cache_clear()
+    toolchain.nvcc_version.cache_clear()
+
+
+
 @pytest.mark.parametrize("mma, gated, instruction", [
     ("mmasync", False, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"),
     ("wgmma", False, "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"),
@@ -132,8 +161,8 @@ def check_tail_split(variant, lib) -> None:
         assert lib.tail_split(blocks, sms) == (expected if splits else (0, 1)), (variant.name, blocks, sms)
 
 
-@requires_nvcc
-def test_cache_reuses_unchanged_builds_and_rebuilds_on_change(tmp_cache, monkeypatch):
+def test_cache_reuses_unchanged_builds_and_rebuilds_on_change(fake_nvcc, monkeypatch):
+    """About the cache, not the compiler: a fake nvcc stands in (fake_nvcc)."""
     v = default_variant(64, 512)
     (first,) = build([v])
     mtime = first.library.stat().st_mtime_ns
@@ -317,16 +346,8 @@ def test_builds_of_different_variants_in_one_cache_do_not_wait_for_each_other(tm
     from runtime.defaults import default_variant
 
     one, other = default_variant(32, 512, "sm90a"), default_variant(64, 512, "sm90a")
-    fake = tmp_path / "nvcc"
-    fake.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake nvcc V0.0"; exit 0; fi\n'
-                    'out=""; while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
-                    f'case "$out" in *{one.name}*) sleep 3;; esac\n'
-                    'echo "not a library" > "$out"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("NVCC", str(fake))
+    use_fake_nvcc(tmp_path, monkeypatch, slow_over=one.name)
     monkeypatch.setenv(library_cache.CACHE_ENV, str(tmp_path / "cache"))
-    toolchain.nvcc_path.cache_clear()
-    toolchain.nvcc_version.cache_clear()
     try:
         errors = []
 
