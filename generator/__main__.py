@@ -74,7 +74,6 @@ def cmd_build(args) -> int:
     from runtime.build import build, cache_dir, resource_report
 
     from .resources import build_problems
-
     from .shipped import (
         shipped_dense_variants,
         shipped_paged_prefill_variants,
@@ -114,9 +113,9 @@ def cmd_build(args) -> int:
         problems += build_problems(p)
     print(f"# built {len(plans)} variants into {plans[0].library.parent.parent}; {dirty} kernels with stack or spills",
           file=sys.stderr)
-    for problem in problems:
+    for problem in problems:  # (a candidate the tuner may time is not held to them: only what ships fails)
         print(f"# out of bounds (generator/resources.py): {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    return 1 if problems and args.shipped else 0
 
 
 def cmd_check(args) -> int:

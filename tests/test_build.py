@@ -137,7 +137,8 @@ def test_a_shipped_variant_of_each_kind_compiles_within_its_resources(tmp_cache,
 
 def test_the_resource_rules_reject_spills_where_a_kernel_must_have_none():
     """The rules the build test and `build` apply can fail: a scan kernel with a stack frame, a
-    selector warp spilling past its bound, a serialised wgmma."""
+    selector warp spilling past its bound, a report without registers; the portable kernels are not
+    held to them."""
     gated = next(v for v in shipped_variants() if v.select_warps == 3)
     clean, spilled = ResourceReport(168, 0, 0, 0), ResourceReport(168, 16, 16, 16)
     assert kernel_resource_problem(gated, "fused_mqa_topk_kernel", clean) is None
