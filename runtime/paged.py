@@ -216,6 +216,18 @@ def decode_layout(context_lens, block_table, next_n: int, block_size: int, num_b
     return PageLayout(pages, first, first + (lens + lag).clamp_(min=0), batch * capacity, block_size)
 
 
+def check_layout(layout: PageLayout, problem: PagedProblem) -> None:
+    """A layout given to a call must be decode_layout's of this step's shapes (the rows, the block
+    table's width, the block size): one made from another block table (wider, or cut to another
+    length) would have the kernels read other keys. Shapes only: no readback."""
+    made_for = (layout.ks.numel(), layout.keys, layout.block_size)
+    if made_for != (problem.rows, problem.batch * problem.capacity, problem.block_size):
+        raise ValueError(f"layout: made for {made_for[0]} rows over {made_for[1]} keys at block size {made_for[2]}; "
+                         f"this step has {problem.rows} rows over a block table of {problem.max_blocks} blocks of "
+                         f"{problem.block_size} tokens a request: make it with runtime.decode_layout from the block "
+                         "table this call is given")
+
+
 def _decode_rows(batch: int, next_n: int, capacity: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Of each decode row: its request's first key in decode_layout (int32 [B * next_n]), and j -
     next_n + 1 (int32), what its visible tokens lack of the context. Fixed by the shapes, so made once;
@@ -442,6 +454,8 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
     problem = check_paged_inputs(q, kv_cache, weights, context_lens, block_table, top_k, check_values=validate)
     if out is not None:
         answer_buffer(out, problem.rows, top_k, q.device)  # (its checks)
+    if layout is not None:
+        check_layout(layout, problem)
     name = AUTO if variant is None else variant if isinstance(variant, str) else variant.name
     if name == REFERENCE:
         return _into(out, reference_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))

@@ -25,10 +25,13 @@ top-k keys in two pairs of calls, both writing request-local positions into the 
 
 * decode: `fp8_fp4_paged_mqa_logits` over the paged cache (a [B * next_n, max_model_len] fp32 logits
   buffer), then `cooperative_topk` / `persistent_topk` / `top_k_per_row_decode`. Replace them with
-  `decode_topk`, which reads the cache through the block table itself (no logits, no schedule metadata):
+  `decode_topk`, which reads the cache through the block table itself (no schedule metadata; the paged
+  kernel writes no logits, the dense path that the GPU's decode table picks for some steps at most 512
+  MiB of them, not max_model_len's):
 
       decode_topk(padded_q, kv_cache, weights[:B * next_n], decode_metadata.seq_lens,
-                  decode_metadata.block_table, topk_indices_buffer[:B * next_n, :topk_tokens])
+                  decode_metadata.block_table, topk_indices_buffer[:B * next_n, :topk_tokens],
+                  max_seq_len=attn_metadata.max_seq_len)  # (eager; in a graph, the length it was captured at)
 
 Both check only shapes and dtypes (no readback: decode steps run in CUDA graphs) and write into the
 caller's buffer. The answers are the contract's: exact, ties to the smallest positions, each row in
@@ -83,20 +86,37 @@ def prefill_chunk_topk_paged(q_fp8, kv_cache, weights, block_table, cu_seq_lens,
 
 
 def decode_topk(q_fp8, kv_cache, weights, seq_lens, block_table, topk_indices: torch.Tensor, *,
-                layout=None) -> torch.Tensor:
+                layout=None, max_seq_len: int | None = None) -> torch.Tensor:
     """A decode step's top-k positions into topk_indices [B * next_n, top_k] (int32, the first rows of
     vLLM's buffer), positions within each request, -1 after a row's last. q_fp8 [B, next_n, H, 128] e4m3;
     kv_cache uint8 [num_blocks, block_size, 132] (or with vLLM's unsqueezed head dimension, [..., 1,
     132]); weights [B * next_n, H] fp32; seq_lens int32 [B, next_n] (vLLM's decode_metadata.seq_lens:
     row j of request b sees seq_lens[b, j] = context - next_n + j + 1 tokens) or [B] (the contexts);
-    block_table int32 [B, max_blocks]; layout: the step's runtime.decode_layout, made once a step for
-    every layer (the dense path's; None: made by each call that takes it). Returns topk_indices."""
+    block_table int32 [B, max_blocks]. max_seq_len: the step's longest context, a host number vLLM's
+    metadata holds (at least every context: a longer one would be cut to it): the block table is cut to
+    it (step_block_table), so that dispatch looks the step up, and the dense path sizes its logits, at
+    that length rather than the block table's width (max_model_len's). layout: the step's
+    runtime.decode_layout, made once a step for every layer from the block table this call reads (the
+    cut one, where max_seq_len is given), the dense path's; None: made by each call that takes it.
+    Returns topk_indices."""
     if kv_cache.dim() == 3:
         kv_cache = kv_cache.unsqueeze(-2)
+    if max_seq_len is not None:
+        block_table = step_block_table(block_table, max_seq_len, kv_cache.shape[1])
     context_lens = seq_lens[:, -1].contiguous() if seq_lens.dim() == 2 else seq_lens
     top_k = topk_indices.shape[-1]
     return _written(topk_indices, lambda out: paged_mqa_topk(q_fp8, kv_cache, weights, context_lens, block_table, top_k,
                                                              validate=False, out=out, layout=layout))
+
+
+def step_block_table(block_table: torch.Tensor, max_seq_len: int, block_size: int) -> torch.Tensor:
+    """The block table's first blocks that hold max_seq_len tokens (at least one), contiguous: the
+    table as wide as the step's longest context. A CUDA graph captures it at the width it is captured
+    with: give the same max_seq_len to every replay of one graph."""
+    if max_seq_len < 0:
+        raise ValueError(f"max_seq_len: expected a length >= 0, got {max_seq_len}")
+    blocks = max(1, -(-int(max_seq_len) // block_size))
+    return block_table if blocks >= block_table.shape[1] else block_table[:, :blocks].contiguous()
 
 
 def _written(buffer: torch.Tensor, run) -> torch.Tensor:

@@ -52,3 +52,30 @@ def test_the_buffer_must_be_int32():
     wl = make_workload("random", 8, 1000, 32, 512)
     with pytest.raises(TypeError, match="topk_indices"):
         prefill_chunk_topk(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, torch.empty(8, 512, dtype=torch.int64))
+
+
+def test_a_decode_step_cut_to_its_longest_context_gives_the_same_answer():
+    """max_seq_len cuts a block table as wide as max_model_len to the step's longest context
+    (step_block_table): the same answer, read from a table of that width; a layout must then be made
+    from the cut table, and one made from the wide table is refused, naming the argument."""
+    from runtime import decode_layout
+    from runtime.vllm import step_block_table
+
+    wl = make_paged_workload("random", [700, 2100, 0, 64], 2, 32, 512, seed=6, table_slack=40)
+    kv_cache = wl.kv_cache.squeeze(-2)
+    rows = wl.batch * wl.next_n
+    cut = step_block_table(wl.block_table, 2100, 64)
+    assert cut.shape == (wl.batch, 33) and cut.is_contiguous() and wl.block_table.shape[1] > 33
+    assert torch.equal(cut, wl.block_table[:, :33])
+    buffer = torch.full((rows, 512), 7, dtype=torch.int32)
+    decode_topk(wl.q, kv_cache, wl.weights, wl.context_lens, wl.block_table, buffer, max_seq_len=2100)
+    assert torch.equal(buffer, reference_paged_mqa_topk(*wl.args()))
+    layout = decode_layout(wl.context_lens, cut, wl.next_n, 64, kv_cache.shape[0])
+    decode_topk(wl.q, kv_cache, wl.weights, wl.context_lens, wl.block_table, buffer, max_seq_len=2100, layout=layout)
+    assert torch.equal(buffer, reference_paged_mqa_topk(*wl.args()))
+    wide = decode_layout(wl.context_lens, wl.block_table, wl.next_n, 64, kv_cache.shape[0])
+    with pytest.raises(ValueError, match="layout: made for"):
+        decode_topk(wl.q, kv_cache, wl.weights, wl.context_lens, wl.block_table, buffer, max_seq_len=2100, layout=wide)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        step_block_table(wl.block_table, -1, 64)
+    assert step_block_table(wl.block_table, 10**9, 64) is wl.block_table  # (never wider than it is)
