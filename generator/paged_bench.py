@@ -243,6 +243,10 @@ def add_arguments(p) -> None:
                    help="time the paged kernel and our dense path on the decode grid (default batches "
                         f"{TUNE_BATCHES}, contexts {TUNE_CONTEXTS}, top-k {TUNE_TOP_K}) and write this GPU's decode "
                         "table, which automatic dispatch reads to choose between them")
+    p.add_argument("--report", metavar="OURS", help="no GPU: set the timings of a `decode --log` run against the "
+                   "serving path's on the same steps (--serving) and print the tables (generator/decode_report.py)")
+    p.add_argument("--serving", metavar="THEIRS", help="--report: the serving path's times, a JSON line a step "
+                   "({batch, context, next_n, heads, top_k, graph_ms, eager_ms})")
     p.add_argument("--table", help="--tune: write the decode table here (default: this GPU's in the user's table "
                                    "directory, FUSED_MQA_TOPK_TABLES or ~/.local/share/fused-mqa-topk/tables, decode/)")
 
@@ -283,6 +287,14 @@ def tune_decode_table(path=None, heads=HEADS, top_ks=TUNE_TOP_K, batches=TUNE_BA
 
 
 def main(args) -> int:
+    if args.report or args.serving:
+        if not (args.report and args.serving):
+            print("decode: --report and --serving go together (ours, then the serving path's times)", file=sys.stderr)
+            return 2
+        from .decode_report import report
+
+        print(report(args.report, args.serving), end="")
+        return 0
     if not torch.cuda.is_available():
         print("decode: needs a CUDA GPU (none here); the paged contract's CPU tests are tests/test_paged.py",
               file=sys.stderr)
