@@ -191,7 +191,6 @@ def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, he
     from datetime import datetime, timezone
 
     from runtime.decode_table import DecodeEntry
-    from runtime.paged import decode_layout
 
     from .paged_workloads import PagedWorkload, verify_paged
 

@@ -17,14 +17,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from .kernel_code import code_digest, paged_code_digest
-from .environment import snapshot
-from .table import RECHECK_S, TABLE_ENVIRONMENT, _user_table_dir, find_table, mtime_ns, table_dir, table_path
+from .table import find_table, mtime_ns, recently_looked, table_dir, table_path
 
 DECODE_FOLDER = "decode"
 # The dense path is taken only where it beat the kernel by more than this share of the kernel's time
@@ -80,22 +78,15 @@ class DecodeTable:
         return self._nearest[key]
 
 
-_recent: dict = {}
-
-
 def decode_table(key: str) -> DecodeTable:
     """The decode entries dispatch reads for the GPU identity key. Asked on every automatic call: the
-    files are looked at again at most every RECHECK_S seconds (as runtime.table.current_table)."""
-    now = time.monotonic()
-    user = _user_table_dir(snapshot(TABLE_ENVIRONMENT))  # (table_dir() itself costs tens of us: pathlib)
-    seen = _recent.get((key, user))
-    if seen is not None and now - seen[0] < RECHECK_S:
-        return seen[1]
-    path = find_table(key, DECODE_FOLDER)  # (the user's, else the shipped one)
-    table = (DecodeTable(None, (), f"no decode table for {key}") if path is None
-             else _read(str(path), mtime_ns(str(path)), decode_code()))
-    _recent[(key, user)] = (now, table)
-    return table
+    files are looked at again at most every RECHECK_S seconds (runtime.table.recently_looked)."""
+    def look() -> DecodeTable:
+        path = find_table(key, DECODE_FOLDER)  # (the user's, else the shipped one)
+        return (DecodeTable(None, (), f"no decode table for {key}") if path is None
+                else _read(str(path), mtime_ns(str(path)), decode_code()))
+
+    return recently_looked((DECODE_FOLDER, key), look)
 
 
 @lru_cache(maxsize=8)

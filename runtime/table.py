@@ -108,7 +108,7 @@ def table_for(identity: GpuIdentity) -> TableChoice:
     arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
     The answer is kept until a table directory changes (two stats of paths made once per
     environment); the op's calls ask current_table, which looks at the files less often."""
-    user = _user_table_dir(snapshot(TABLE_ENVIRONMENT))
+    user = user_table_dir()
     return _table_for(identity, user, mtime_ns(user), mtime_ns(str(SHIPPED_TABLE_DIR)))
 
 
@@ -118,23 +118,42 @@ _recent: dict = {}
 
 def current_table(identity: GpuIdentity) -> tuple[TableChoice, int]:
     """table_for(identity) and its file's modification time (0: no table), for the op's every call:
-    the files are looked at again at most every RECHECK_S seconds (three stats a call were a tenth of
-    a one-row call's host time), so a table written by a tuner is noticed within that. A change of
-    FUSED_MQA_TOPK_TABLES, XDG_DATA_HOME or HOME is noticed at once."""
-    user = _user_table_dir(snapshot(TABLE_ENVIRONMENT))
+    looked at again at most every RECHECK_S seconds (recently_looked)."""
+    def look() -> tuple[TableChoice, int]:
+        choice = table_for(identity)
+        return choice, mtime_ns(str(choice.path)) if choice.path else 0
+
+    return recently_looked(identity, look)
+
+
+def recently_looked(key, look):
+    """look()'s answer for `key`, kept and asked again at most every RECHECK_S seconds, for what every
+    call of an op reads from the table files (three stats a call were a tenth of a one-row call's host
+    time): a table written by a tuner is noticed within that, a change of FUSED_MQA_TOPK_TABLES,
+    XDG_DATA_HOME or HOME at once."""
+    user = user_table_dir()
     now = time.monotonic()
-    seen = _recent.get((identity, user))
+    seen = _recent.get((key, user))
     if seen is not None and now - seen[0] < RECHECK_S:
         return seen[1]
-    choice = table_for(identity)
-    state = (choice, mtime_ns(str(choice.path)) if choice.path else 0)
-    _recent[(identity, user)] = (now, state)
-    return state
+    answer = look()
+    _recent[(key, user)] = (now, answer)
+    return answer
+
+
+def forget_recent() -> None:
+    """Drops what recently_looked kept (tests that write tables under a running process)."""
+    _recent.clear()
+
+
+def user_table_dir() -> str:
+    """table_dir() as a string, made once per value of the variables it follows: table_dir() itself
+    costs tens of microseconds (pathlib), and every call asks."""
+    return _user_table_dir(snapshot(TABLE_ENVIRONMENT))
 
 
 @lru_cache(maxsize=8)
 def _user_table_dir(environment: tuple) -> str:
-    """table_dir() as a string, made once per value of the variables it follows (every call asks)."""
     return str(table_dir())
 
 

@@ -48,9 +48,9 @@ def test_a_written_table_is_read_back_and_other_codes_times_are_not(tmp_path, mo
 
     data["code"] = "0" * 16 + "." + "0" * 16  # timed on other kernels: not used
     path.write_text(json.dumps(data))
-    import runtime.decode_table as dt
+    from runtime.table import forget_recent
 
-    dt._recent.clear()
+    forget_recent()
     stale = decode_table("Test-GPU-7SM")
     assert stale.entries == () and "other kernel code" in stale.why
 
@@ -92,11 +92,10 @@ def test_tune_runs_the_decode_grid_unless_told_not_to():
 
 
 def test_the_shipped_decode_table_is_found_where_the_user_has_none(tmp_path, monkeypatch):
-    import runtime.decode_table as dt
-    from runtime.table import SHIPPED_TABLE_DIR
+    from runtime.table import SHIPPED_TABLE_DIR, forget_recent
 
     monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path))
-    dt._recent.clear()
+    forget_recent()
     table = decode_table("H200-132SM")
     assert table.path == SHIPPED_TABLE_DIR / "decode" / "H200-132SM.json"
     assert table.entries or "other kernel code" in table.why  # (stale: `tools/restamp_table.py --decode` or re-time)

@@ -30,11 +30,12 @@ def route_by_table(monkeypatch, directory, entries) -> None:
     """Dispatch reads a user decode table of `entries` (DecodeEntry) from `directory`, not the shipped one."""
     import runtime.decode_table as dt
     from runtime.gpu import device_identity
+    from runtime.table import forget_recent
 
     monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(directory))
     key = device_identity(torch.cuda.current_device()).key
     dt.save_decode_table(dt.decode_table_path(key), key, entries, {})
-    dt._recent.clear()
+    forget_recent()
 
 
 def table_entry(wl, dense_faster: bool, planned: bool = False):
