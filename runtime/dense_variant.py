@@ -20,6 +20,7 @@ from .variant import RADIX_SCRATCH_BYTES, check_page_block_size, parse_name
 
 DIM = 128
 COARSE_BINS = 2048
+CLUSTER_BITMAP_WORDS = 4096  # the cluster top-k's answer bitmap (the template's kClusterWords)
 
 
 @dataclass(frozen=True, order=True)
@@ -50,7 +51,8 @@ class DenseVariant:
         names read in ptxas's report)."""
         threads, held = SHORT_TOPK_SMALL_CTA
         small = (f"dense_short_topk_kernelILi{threads}ELi{held}E",) if threads * held > self.top_k else ()
-        return ("dense_logits_kernel", "dense_topk_kernel",
+        cluster = ("dense_cluster_topk_kernel",) if self.page_block_size else ()
+        return ("dense_logits_kernel", "dense_topk_kernel", *cluster,
                 *(f"dense_short_topk_kernelILi{t}ELi{self.reg_cached}E" for t in SHORT_TOPK_THREADS), *small)
     _PATTERN = re.compile(
         r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)x(?P<slices>\d+)"
@@ -80,6 +82,10 @@ class DenseVariant:
         return self.rows * self.heads
 
     @property
+    def max_smem(self) -> int:
+        return ARCHS[self.arch].max_smem_per_block
+
+    @property
     def key_tile(self) -> int:
         return 64 * self.math_wgs * self.slices
 
@@ -95,6 +101,11 @@ class DenseVariant:
 
     def topk_smem_bytes(self) -> int:
         return RADIX_SCRATCH_BYTES + COARSE_BINS * 4 + 5 * 4 + self.topk_buffer * 8
+
+    def cluster_topk_smem_bytes(self) -> int:
+        """The paged builds' cluster top-k (the template's ClusterTopKShared): its answer bitmap, its
+        buffer, three histograms and the cluster's sums, the select scratch, three words a warp, six more."""
+        return CLUSTER_BITMAP_WORDS * 4 + self.topk_buffer * 8 + 4 * 256 * 4 + RADIX_SCRATCH_BYTES + 12 * (self.topk_threads // 32) + 6 * 4
 
     @property
     def short_row_keys(self) -> int:
@@ -120,6 +131,8 @@ def dense_rejection_reason(v: DenseVariant) -> str | None:
         return f"logits kernel needs {v.logits_smem_bytes()} bytes of shared memory > {limit}"
     if v.topk_smem_bytes() > limit:
         return f"top-k kernel needs {v.topk_smem_bytes()} bytes of shared memory > {limit}"
+    if v.page_block_size and v.cluster_topk_smem_bytes() > limit:
+        return f"cluster top-k kernel needs {v.cluster_topk_smem_bytes()} bytes of shared memory > {limit}"
     if COARSE_BINS % v.topk_threads or v.topk_threads % 32 or v.topk_threads > 1024:
         return f"top-k threads {v.topk_threads} must be a multiple of 32 dividing {COARSE_BINS}, at most 1024"
     if v.topk_buffer % v.topk_threads:

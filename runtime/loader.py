@@ -125,6 +125,9 @@ class DenseLibrary(_Library):
         if not variant.page_block_size:
             self._lib.mqa_dense_logits_launch.argtypes = [p, p, p, p, p, p, p, ll, i, i, i, i, p]
             self._int_functions("mqa_dense_logits_launch")
+        else:
+            self._lib.mqa_dense_cluster_topk_ctas.argtypes = [ll, i]
+            self._int_functions("mqa_dense_cluster_topk_ctas")
         self._lib.mqa_dense_topk_launch.argtypes = [p, ll, p, p, i, i, i, p, i, p]
         self._lib.mqa_dense_check_inputs.argtypes = [p, p, p, p, p, p, i, i, i, p, p, p]
         self._int_functions(run, "mqa_dense_topk_launch", "mqa_dense_logits_smem_bytes", "mqa_dense_topk_smem_bytes",
@@ -185,6 +188,11 @@ class DenseLibrary(_Library):
     def short_row_keys(self) -> int:
         """The longest row the short-row top-k kernel holds in registers (in its largest CTA)."""
         return self._lib.mqa_dense_short_row_keys()
+
+    def cluster_topk_ctas(self, window: int, piece_rows: int) -> int:
+        """A paged build: the CTAs a row its cluster top-k selects a piece of piece_rows rows of
+        `window` keys with on the current device (0: a CTA a row, by the other top-k kernels)."""
+        return self._lib.mqa_dense_cluster_topk_ctas(window, piece_rows)
 
 
 class PagedLibrary(_Library):

@@ -183,6 +183,57 @@ def test_the_dense_path_is_exact_and_where_its_arithmetic_is_the_kernels_gives_i
         assert torch.equal(out, run(kernel, wl))
 
 
+def cluster_ctas_of(wl) -> int:
+    """The CTAs a row the dense paged build's cluster top-k takes wl's step with (0: a CTA a row)."""
+    from runtime.dense import DEFAULT_LOGITS_BUDGET
+    from runtime.loader import load
+    from runtime.paged import dense_paged_build
+    from runtime.scoring import window_pieces
+
+    capacity = wl.block_table.shape[1] * wl.kv_cache.shape[1]
+    build = dense_paged_build(torch.device("cuda"), wl.heads, wl.top_k, capacity, wl.kv_cache.shape[1])
+    window, piece_rows = window_pieces(wl.batch * wl.next_n, capacity, capacity, DEFAULT_LOGITS_BUDGET)
+    return load(build).cluster_topk_ctas(window, piece_rows)
+
+
+@pytest.mark.parametrize("family", ["random", "all_equal", "boundary_ties", "increasing"])
+@pytest.mark.parametrize(("heads", "top_k", "next_n"), [(64, 2048, 2), (32, 512, 1), (64, 1024, 4)], ids=lambda x: str(x))
+def test_few_long_rows_are_selected_by_a_cluster_and_stay_exact(family, heads, top_k, next_n):
+    """A step of a few long requests: the dense paged build selects each row over a cluster of CTAs
+    (its library says it does for this step), every row verified by the two-sided rule, strictly,
+    outputs poisoned. Requests of 70,000 (a slice of 8,750 keys a CTA of eight), 20,000, 3 (fewer than
+    top_k) and 2,100 keys (near the gate's sample). all_equal overflows the gate's buffers, so the
+    cluster ranks its slices from the logits; the other families take the gate's candidates."""
+    wl = make_paged_workload(family, [70000, 3, 20000, 2100], next_n, heads, top_k, seed=5, device="cuda")
+    assert cluster_ctas_of(wl) >= 2, "the step should take the cluster top-k"
+    out = torch.full((wl.batch * next_n, top_k), POISON, dtype=torch.int32, device="cuda")
+    paged_mqa_topk(*wl.args(), variant="dense", out=out)
+    torch.cuda.synchronize()
+    assert not (out == POISON).any(), "elements left unwritten"
+    report = verify_paged(out, wl, strict=True)
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("family", ["random", "all_equal"])
+@pytest.mark.parametrize(("requests", "ctas"), [(12, 4), (20, 2)], ids=["24 rows", "40 rows"])
+def test_more_rows_take_smaller_clusters_and_stay_exact(family, requests, ctas):
+    """24 and 40 rows (next_n 2) take clusters of four and two CTAs a row on the H200's 132 SMs (the
+    most that fit at once), exact as eight: contexts of 3,000 to 40,000 keys, strict two-sided rule,
+    poisoned outputs."""
+    contexts = [3000 + 3331 * i for i in range(requests)]
+    wl = make_paged_workload(family, contexts, 2, 64, 2048, seed=9, device="cuda")
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert cluster_ctas_of(wl) == ctas
+    else:
+        assert cluster_ctas_of(wl) >= 2
+    out = torch.full((wl.batch * 2, 2048), POISON, dtype=torch.int32, device="cuda")
+    paged_mqa_topk(*wl.args(), variant="dense", out=out)
+    torch.cuda.synchronize()
+    assert not (out == POISON).any(), "elements left unwritten"
+    report = verify_paged(out, wl, strict=True)
+    assert report.ok, report.summary()
+
+
 @pytest.mark.parametrize("planned", [False, True], ids=["layout made in the call", "layout given"])
 def test_auto_takes_the_dense_path_where_the_decode_table_says(tmp_path, monkeypatch, planned):
     """A decode table whose nearest entry times the dense path faster (as called, or with the layout
