@@ -127,7 +127,8 @@ class DenseLibrary(_Library):
             self._int_functions("mqa_dense_logits_launch")
         else:
             self._lib.mqa_dense_cluster_topk_ctas.argtypes = [ll, i]
-            self._int_functions("mqa_dense_cluster_topk_ctas")
+            self._lib.mqa_dense_decode_layout.argtypes = [p, p, i, i, i, i, i, p, p, p, p]
+            self._int_functions("mqa_dense_cluster_topk_ctas", "mqa_dense_decode_layout")
         self._lib.mqa_dense_topk_launch.argtypes = [p, ll, p, p, i, i, i, p, i, p]
         self._lib.mqa_dense_check_inputs.argtypes = [p, p, p, p, p, p, i, i, i, p, p, p]
         self._int_functions(run, "mqa_dense_topk_launch", "mqa_dense_logits_smem_bytes", "mqa_dense_topk_smem_bytes",
@@ -188,6 +189,14 @@ class DenseLibrary(_Library):
     def short_row_keys(self) -> int:
         """The longest row the short-row top-k kernel holds in registers (in its largest CTA)."""
         return self._lib.mqa_dense_short_row_keys()
+
+    def decode_layout(self, context_lens, block_table, next_n: int, cache_blocks: int, spare: int, pages, ks, ke,
+                      stream: int) -> None:
+        """A paged build: runtime.paged.decode_layout's pages, ks and ke in one launch (int32 device
+        pointers; block_table [batch, max_blocks] contiguous, pages batch x max_blocks + spare long)."""
+        batch, max_blocks = block_table.shape
+        self._check(self._lib.mqa_dense_decode_layout(context_lens.data_ptr(), block_table.data_ptr(), batch, max_blocks,
+                                                      next_n, cache_blocks, spare, pages, ks, ke, stream), "decode layout")
 
     def cluster_topk_ctas(self, window: int, piece_rows: int) -> int:
         """A paged build: the CTAs a row its cluster top-k selects a piece of piece_rows rows of

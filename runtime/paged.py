@@ -255,9 +255,26 @@ def dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k:
     if build is None:
         raise ValueError("the dense paged path runs our Hopper dense kernels, at block sizes that are multiples of 64")
     if layout is None:
-        layout = decode_layout(context_lens, block_table, next_n, block_size, num_blocks)
+        layout = launched_decode_layout(build, context_lens, block_table, next_n, num_blocks)
     return run_dense_paged(build, q.reshape(batch * next_n, heads, DIM), kv_cache, weights, layout, top_k, capacity,
                            out=out)
+
+
+def launched_decode_layout(build: DenseVariant, context_lens, block_table, next_n: int, num_blocks: int) -> PageLayout:
+    """decode_layout's PageLayout made by one launch of the paged build's layout kernel (the torch ops
+    take seven: about 17 us of a small step in a graph), on the current stream: what a call given no
+    layout makes. Capturable."""
+    batch, max_blocks = block_table.shape
+    block_size, spare = build.page_block_size, spare_blocks(build.page_block_size)
+    device = block_table.device
+    pages = torch.empty(batch * max_blocks + spare, dtype=torch.int32, device=device)
+    ks = torch.empty(batch * next_n, dtype=torch.int32, device=device)
+    ke = torch.empty_like(ks)
+    context, stream = launch_on(device)
+    with context:
+        load(build).decode_layout(context_lens.contiguous(), block_table.contiguous(), next_n, num_blocks, spare,
+                                  pages.data_ptr(), ks.data_ptr(), ke.data_ptr(), stream)
+    return PageLayout(pages, ks, ke, batch * max_blocks * block_size, block_size)
 
 
 # (kept: a new DenseVariant a call would compute its name again, which finding its library asks)

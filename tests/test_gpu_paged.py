@@ -234,6 +234,23 @@ def test_more_rows_take_smaller_clusters_and_stay_exact(family, requests, ctas):
     assert report.ok, report.summary()
 
 
+@pytest.mark.parametrize("next_n", SUPPORTED_NEXT_N)
+def test_the_layout_made_in_one_launch_is_decode_layouts(next_n):
+    """What a dense call given no layout makes (runtime.paged.launched_decode_layout, one kernel) equals
+    decode_layout's torch ops element for element: contexts off the block size, longer than the block
+    table, zero and negative; block ids outside the cache both ways; a table that is a view."""
+    from runtime.paged import decode_layout, dense_paged_build, launched_decode_layout
+
+    lens = torch.tensor([5000, 0, -3, 1 << 20, 64, 1], dtype=torch.int32, device="cuda")
+    table = torch.randint(-5, 40, (6, 100), dtype=torch.int32, device="cuda")[:, :90]
+    build = dense_paged_build(torch.device("cuda"), 64, 2048, 90 * 64, 64)
+    mine = launched_decode_layout(build, lens, table, next_n, 37)
+    theirs = decode_layout(lens, table, next_n, 64, 37)
+    for a, b in zip(mine[:3], theirs[:3]):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    assert mine[3:] == theirs[3:]
+
+
 @pytest.mark.parametrize("planned", [False, True], ids=["layout made in the call", "layout given"])
 def test_auto_takes_the_dense_path_where_the_decode_table_says(tmp_path, monkeypatch, planned):
     """A decode table whose nearest entry times the dense path faster (as called, or with the layout

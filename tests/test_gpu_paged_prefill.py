@@ -75,13 +75,18 @@ def test_a_paged_build_answers_as_its_gathered_twin(variant, family):
 
 @pytest.mark.parametrize("variant", DENSE, ids=lambda v: v.name)
 @pytest.mark.parametrize("family", CHUNK_FAMILIES)
-def test_a_dense_paged_build_answers_as_its_gathered_twin(variant, family):
-    wl = make_workload(family, 300, 20000, variant.heads, variant.top_k, seed=13, device="cuda")
+@pytest.mark.parametrize("rows", [300, 40, 12], ids=["a CTA a row", "2 CTAs a row", "8 CTAs a row"])
+def test_a_dense_paged_build_answers_as_its_gathered_twin(variant, family, rows):
+    """The same bytes, poisoned outputs written whole. At 40 and 12 rows, where the longest row sees
+    more keys than the one-CTA top-k's buffer, the paged build selects over clusters of CTAs (on the
+    H200's 132 SMs: two and eight a row) and its gathered twin a CTA a row: two selections, one
+    contract order."""
+    wl = make_workload(family, rows, 20000, variant.heads, variant.top_k, seed=13, device="cuda")
     chunk = page_chunk(wl, block_size=64, seed=14)
     layout = page_layout(chunk.block_table, chunk.cu_seq_lens, wl.ks, wl.ke, 64, chunk.kv_cache.shape[0])
     longest = int((wl.ke - wl.ks).max())
     paged = run_dense_paged(variant.paged_build(64), wl.q, chunk.kv_cache, wl.weights, layout, wl.top_k, longest,
-                            out=_poisoned(300, wl.top_k))
+                            out=_poisoned(rows, wl.top_k))
     gathered = run_dense(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, wl.top_k, longest, variant=variant)
     torch.cuda.synchronize()
     assert not (paged == POISON).any(), "elements left unwritten"

@@ -86,10 +86,27 @@ def test_marks_only_where_asked_for(tmp_path):
     assert "mqa_topk_launch(" in plain and "mqa_topk_timeline" not in plain
 
 
-def test_timeline_refuses_streaming_variants(tmp_path):
+@pytest.mark.parametrize("name", [default_variant(32, 2048, gated=False).name, "mqa_dense_sm90a_h32_k2048_r4_g2x2_q2_s4_t512_b8192_rc32"],
+                         ids=["streaming", "dense, gathered"])
+def test_timeline_refuses_variants_without_marks(tmp_path, name):
     tool = load_tool()
-    with pytest.raises(SystemExit, match="gated and paged kernels only"):
-        tool.cmd_build(argparse.Namespace(variant=[default_variant(32, 2048, gated=False).name], out=str(tmp_path)))
+    with pytest.raises(SystemExit, match="the timeline marks are in the gated and paged kernels"):
+        tool.cmd_build(argparse.Namespace(variant=[name], out=str(tmp_path)))
+
+
+def test_cluster_phases_are_microseconds_of_each_ctas_span():
+    """tools/cluster_timeline.py: a CTA's eight marks at 2 GHz over 4 us of global time give its seven
+    phases in microseconds; a CTA that left at once (a short row: marks left at zero) is not counted."""
+    from tools import cluster_timeline, timeline
+
+    m = np.zeros((timeline.CTAS, timeline.EVENTS, timeline.MARKS), dtype=np.uint64)
+    m[0, 0, :8] = [1000, 2000, 3000, 3200, 5000, 5000, 6000, 9000]  # 8000 cycles
+    m[0, 0, timeline.GLOBAL_START], m[0, 0, timeline.GLOBAL_END] = 10_000, 14_000  # 4000 ns: 0.5 ns a cycle
+    m[1, 0, 0] = 1000
+    phases = cluster_timeline.cta_phases(m, 2)
+    assert len(phases) == 1
+    assert phases[0]["span_us"] == pytest.approx(4.0)
+    assert [round(phases[0][p], 3) for p in cluster_timeline.PHASES] == [0.5, 0.5, 0.1, 0.9, 0.0, 0.5, 1.5]
 
 
 def test_report_takes_medians_over_launches():

@@ -50,8 +50,10 @@ def cmd_build(args) -> int:
     ok = True
     for name in args.variant:
         variant = spec_from_name(name)
-        if not (getattr(variant, "gated", False) or name.startswith("paged_topk_")):
-            raise SystemExit(f"{name}: the timeline marks are in the gated and paged kernels only")
+        if not (getattr(variant, "gated", False) or name.startswith("paged_topk_")
+                or (name.startswith("mqa_dense_") and variant.page_block_size)):
+            raise SystemExit(f"{name}: the timeline marks are in the gated and paged kernels and the dense paged "
+                             "builds' cluster top-k only")
         lib = library_path(args.out, variant.name)
         lib.parent.mkdir(parents=True, exist_ok=True)
         src = lib.with_suffix(".cu")

@@ -1,0 +1,105 @@
+"""Where the dense paged build's cluster top-k spends a decode step: clock marks from inside it.
+
+The cluster top-k (templates/dense_mqa_topk_sm90.cu.j2, paged builds: a few long rows, each over a
+cluster of CTAs) compiled with -DFUSED_MQA_TOPK_TIMELINE marks, in each CTA, the phases
+
+    gate (the shared sample and its loose select) | gather (the slice's keys past the gate) |
+    counts (the cluster barrier that publishes them and the codes' largest and smallest) | rank (the
+    k-th code: the radix passes) | ties (the k-th code's keys, where they straddle its place) |
+    places (the answer's counts and each CTA's offset) | answer (the slice's keys, ascending, and the
+    cluster barrier before the CTAs leave)
+
+    python tools/timeline.py build mqa_dense_..._pb64 --out .ablate          # here: nvcc
+    python tools/cluster_timeline.py run mqa_dense_..._pb64 --out .ablate --shape 1x32768 [--next-n 1]  # GPU
+
+A shape is BATCHxCONTEXT (random_step's data, generator/paged_bench.py). Each answer is checked by
+the two-sided rule on its first and last request. Figures: microseconds, medians over the launch's
+CTAs and over --launches launches, at the SM clock measured from each CTA's global-timer span.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools.cli import variant_tool_parser  # noqa: E402
+from tools.timeline import GLOBAL_END, GLOBAL_START, Marks, cmd_build, library_path  # noqa: E402
+
+PHASES = ("gate", "gather", "counts", "rank", "ties", "places", "answer")  # between marks 0..7 of event 0
+
+
+def cta_phases(marks, ctas: int) -> list[dict]:
+    """Per CTA that marked: its phases in microseconds and its span by the global timer."""
+    found = []
+    for cta in range(min(ctas, marks.shape[0])):
+        m = [int(x) for x in marks[cta, 0, :8]]
+        span_ns = int(marks[cta, 0, GLOBAL_END]) - int(marks[cta, 0, GLOBAL_START])
+        if 0 in m or span_ns <= 0 or m[7] <= m[0]:
+            continue  # (a CTA of a row shorter than top_k leaves at once)
+        ns_per_cycle = span_ns / (m[7] - m[0])
+        found.append({"span_us": span_ns / 1e3, **{p: (m[i + 1] - m[i]) * ns_per_cycle / 1e3 for i, p in enumerate(PHASES)}})
+    return found
+
+
+def cmd_run(args) -> int:
+    import torch
+
+    from generator.paged_bench import random_step
+    from generator.verify import verify_topk
+    from runtime.build import spec_from_name
+    from runtime.dense import DEFAULT_LOGITS_BUDGET
+    from runtime.loader import DenseLibrary
+    from runtime.paged import decode_layout, gather_paged
+    from runtime.scoring import window_pieces
+
+    for name in args.variant:
+        variant = spec_from_name(name)
+        path = library_path(args.out, name)
+        lib, marks = DenseLibrary(variant, str(path)), Marks(path)
+        for shape in args.shape or ["1x32768"]:
+            batch, context = (int(x) for x in shape.split("x"))
+            q, cache, weights, lens, table, top_k = random_step(batch, context, args.next_n, variant.heads, variant.top_k)
+            layout = decode_layout(lens, table, args.next_n, cache.shape[1], cache.shape[0])
+            rows, capacity = batch * args.next_n, table.shape[1] * cache.shape[1]
+            window, piece_rows = window_pieces(rows, layout.keys, capacity, DEFAULT_LOGITS_BUDGET)
+            flat_q = q.reshape(rows, variant.heads, 128).contiguous()
+            logits = torch.empty(piece_rows * window, dtype=torch.float32, device="cuda")
+            out = torch.empty(rows, top_k, dtype=torch.int32, device="cuda")
+            ctas = lib.cluster_topk_ctas(window, piece_rows)
+            if not ctas or piece_rows < rows:
+                print(f"{name} {shape}: the cluster top-k does not take this step in one piece")
+                continue
+            per_launch = []
+            for _ in range(args.launches + 1):  # (the first: warm-up)
+                marks.clear()
+                lib.run_paged(flat_q.data_ptr(), cache.data_ptr(), layout.pages.data_ptr(), cache.shape[0],
+                              weights.data_ptr(), layout.ks.data_ptr(), layout.ke.data_ptr(), out.data_ptr(),
+                              logits.data_ptr(), window, piece_rows, rows, layout.keys, torch.cuda.current_stream().cuda_stream)
+                torch.cuda.synchronize()
+                per_launch.append(cta_phases(marks.read(), rows * ctas))
+            for b in sorted({0, batch - 1}):
+                k_fp8, k_scale, ks, ke = gather_paged(cache, lens[b:b + 1], table[b:b + 1], args.next_n)
+                n = args.next_n
+                report = verify_topk(out[b * n:(b + 1) * n].contiguous(), q[b].reshape(n, variant.heads, 128),
+                                     (k_fp8, k_scale), weights[b * n:(b + 1) * n], ks, ke, top_k)
+                assert report.ok, report.summary()
+            medians = {p: statistics.median(statistics.median(c[p] for c in launch) for launch in per_launch[1:])
+                       for p in ("span_us", *PHASES)}
+            print(f"{name} {shape} next_n {args.next_n} ({ctas} CTAs a row, answers verified): "
+                  + ", ".join(f"{p} {medians[p]:.2f}" for p in ("span_us", *PHASES)), flush=True)
+    return 0
+
+
+def main() -> int:
+    p = variant_tool_parser(__doc__, ("build", "run"))
+    p.add_argument("--next-n", type=int, default=1)
+    p.add_argument("--launches", type=int, default=5)
+    args = p.parse_args()
+    return cmd_build(args) if args.what == "build" else cmd_run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
