@@ -51,8 +51,8 @@ class DenseVariant:
         names read in ptxas's report)."""
         threads, held = SHORT_TOPK_SMALL_CTA
         small = (f"dense_short_topk_kernelILi{threads}ELi{held}E",) if threads * held > self.top_k else ()
-        cluster = ("dense_cluster_topk_kernel",) if self.page_block_size else ()
-        return ("dense_logits_kernel", "dense_topk_kernel", *cluster,
+        paged = ("dense_cluster_topk_kernel", "decode_layout_kernel") if self.page_block_size else ()
+        return ("dense_logits_kernel", "dense_topk_kernel", *paged,
                 *(f"dense_short_topk_kernelILi{t}ELi{self.reg_cached}E" for t in SHORT_TOPK_THREADS), *small)
     _PATTERN = re.compile(
         r"^mqa_dense_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)_g(?P<math_wgs>\d+)x(?P<slices>\d+)"
