@@ -1,6 +1,6 @@
 """Smoke test of an installed wheel (run from outside the checkout, in a venv holding only the wheel
 and its dependencies): the templates render, one variant builds where nvcc is, a call runs on the
-CPU, and the shipped table is found. Exits non-zero on the first failure."""
+CPU, the shipped table is found, and README.md's quick start runs as written. Exits non-zero on the first failure."""
 
 import os
 import shutil
@@ -39,6 +39,13 @@ assert verify_topk(runtime.fused_mqa_topk(*wl.args()), *wl.args()).ok
 print("CPU call: ok")
 assert runtime.__version__ != "0+checkout", runtime.__version__
 print("version: ok", runtime.__version__)
+
+# README.md's quick start, verbatim, as a user pastes it (the document read from the checkout, the code
+# it runs from the wheel):
+readme = open(os.path.join(checkout, "README.md")).read()
+start = readme.index("```python", readme.index("## Quick start")) + len("```python\n")
+exec(compile(readme[start:readme.index("```", start)], "README.md (quick start)", "exec"), {})
+print("README quick start: ok")
 
 if os.environ.get("FUSED_MQA_TOPK_PREBUILT"):  # a machine without nvcc, serving from a prebuilt cache
     (plan,) = build([variant])

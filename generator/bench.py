@@ -121,9 +121,19 @@ def main(args) -> int:
         print("bench needs a CUDA GPU.")
         return 2
     if args.sweep:
-        from .sweep import read_serving, run
+        from .serving_path import InstalledServing, ServingUnavailable, read_serving
+        from .sweep import run
 
-        return run(args.heads or [32, 64], args.top_k or [512, 2048], read_serving(args.serving) if args.serving else {},
+        if args.serving == "installed":
+            try:
+                serving = InstalledServing.find()
+            except ServingUnavailable as e:
+                print(f"bench --sweep --serving installed: {e}. Install vLLM (with DeepGEMM) in this environment, or "
+                      "pass --serving FILE with the serving path's times (CONTRIBUTING.md).")
+                return 2
+        else:
+            serving = read_serving(Path(args.serving)) if args.serving else {}
+        return run(args.heads or [32, 64], args.top_k or [512, 2048], serving,
                    Path(args.log) if args.log else None, sustain_s=args.sustain or 3.0)
     gpu = torch.cuda.get_device_name()
     log = open(args.log, "a") if args.log else None
@@ -223,5 +233,6 @@ def add_arguments(p) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="the chunks a server sends (generator/sweep.py): rows 1-16K x keys 8K-512K x 1 or 8 requests, "
                         "AUTO vs our dense path, floor share, verified (default heads 32 and 64, top-k 512 and 2048)")
-    p.add_argument("--serving", type=Path, metavar="JSONL",
-                   help="with --sweep: the serving path's ms per shape, to compare with")
+    p.add_argument("--serving", metavar="JSONL|installed",
+                   help="with --sweep: the serving path to compare with: a file of its ms per shape, or 'installed': "
+                        "vLLM's and DeepGEMM's own ops on this machine, timed in the same run")

@@ -8,9 +8,11 @@ left out. Per shape, in one run: AUTO as a server calls it (`fused_mqa_topk`, va
 our dense path, each the median of event-timed calls (the host's work inside), and AUTO's GPU time
 alone (the host's launch hidden: timing.event_ms); the share of the fp8 floor at `_scaled_mm`'s
 sustained rate measured at the start of the run; both answers verified with the two-sided verifier
-on sampled rows. With --serving FILE (JSON lines {"requests", "rows", "keys", "heads", "top_k", "ms"}:
-the serving engines' dense path on the same shapes, best timed in the same run by the same method:
-CONTRIBUTING.md, "Working with the lent GPU machine"), the speed-up over it and the geometric mean.
+on sampled rows. With --serving (generator/serving_path.py): the serving engines' dense path on the
+same shapes, the speed-up over it and the geometric mean; either a file of its times (JSON lines
+{"requests", "rows", "keys", "heads", "top_k", "ms"}, best timed in the same run by the same method:
+CONTRIBUTING.md, "Working with the lent GPU machine") or `installed`: vLLM's and DeepGEMM's own ops,
+where this machine has them, timed here by the same method as AUTO and verified on sampled rows.
 docs/results/h200-2026-12-01-abb3266/serving.jsonl holds that path's times on an H200 (all 168 shapes;
 DeepGEMM's sm90 MQA-logits kernel in vLLM v0.33.0's pieces, then vLLM's per-row top-k), timed in
 the run of docs/results/h200-2026-12-01-abb3266/sweep.jsonl.
@@ -22,6 +24,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .serving_path import InstalledServing
 from .timing import geometric_mean  # (its summaries' mean; also imported from here)
 
 SWEEP_ROWS = (1, 64, 512, 2048, 8192, 16384)
@@ -54,18 +57,10 @@ def chunk(shape: Shape, seed: int = 0, device="cuda"):
     return packed_workload(shape.rows, shape.keys, shape.heads, shape.top_k, shape.requests, seed=seed, device=device)
 
 
-def read_serving(path: Path) -> dict[tuple, float]:
-    """Serving-path times by shape key, from JSON lines."""
-    out = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            d = json.loads(line)
-            out[(d["requests"], d["rows"], d["keys"], d["heads"], d["top_k"])] = float(d["ms"])
-    return out
-
-
-def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_path: Path | None,
+def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float] | InstalledServing, log_path: Path | None,
         sustain_s: float = 3.0) -> int:
+    """serving: the serving path's ms by shape key (serving_path.read_serving), or the installed ops to
+    time in this run."""
     import torch
 
     from runtime import dense_mqa_topk, explain, fused_mqa_topk
@@ -75,6 +70,8 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
 
     rate = scaled_mm_tflops(seconds=sustain_s)
     print(f"{torch.cuda.get_device_name()}: _scaled_mm sustained {rate:.0f} TFLOP/s over {sustain_s:.0f} s", flush=True)
+    if isinstance(serving, InstalledServing):
+        print(f"serving path: {serving.describe()}, timed in this run", flush=True)
     log = open(log_path, "a") if log_path else None
     rows_out, ratios, bad = [], [], 0
     for i, shape in enumerate(sweep_shapes(heads, top_ks)):
@@ -96,9 +93,19 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float], log_pa
         result = {**asdict(shape), "auto_path": decision.variant.name if decision.variant else "dense",
                   "auto_ms": auto_ms, "auto_gpu_ms": auto_gpu_ms, "dense_ms": dense_ms, "floor_ms": floor_ms,
                   "auto_floor_share": floor_ms / auto_ms, "auto_gpu_floor_share": floor_ms / auto_gpu_ms, "verified": ok}
-        if shape.key in serving:
+        if isinstance(serving, InstalledServing):
+            answer = torch.empty(shape.rows, shape.top_k, dtype=torch.int32, device="cuda")
+            def theirs():
+                serving(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, shape.top_k, answer)
+            result["serving_ms"] = median_ms(theirs, warmup=3, reps=15, max_seconds=2.0)
+            answer.fill_(-7)
+            theirs()  # (vLLM's top-k leaves the order and ties open: the plain rule, not the strict one)
+            result["serving_verified"] = verify_topk(answer, *args, rows=sample).ok
+            bad += not result["serving_verified"]
+        elif shape.key in serving:
             result["serving_ms"] = serving[shape.key]
-            result["vs_serving"] = serving[shape.key] / auto_ms
+        if "serving_ms" in result:
+            result["vs_serving"] = result["serving_ms"] / auto_ms
             ratios.append(result["vs_serving"])
         rows_out.append(result)
         print(_line(result), flush=True)

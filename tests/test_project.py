@@ -45,3 +45,10 @@ def test_the_installed_version_is_the_projects():
 
     declared = re.search(r'^version = "([^"]+)"', (Path(__file__).parent.parent / "pyproject.toml").read_text(), re.M)
     assert runtime.__version__ == declared.group(1), (runtime.__version__, declared.group(1))
+
+
+def test_the_readme_quick_start_runs_as_written():
+    """README.md's quick start, pasted as a user would (CI runs it again from the installed wheel)."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("```python", readme.index("## Quick start")) + len("```python\n")
+    exec(compile(readme[start:readme.index("```", start)], "README.md (quick start)", "exec"), {})

@@ -8,9 +8,9 @@ from generator.sweep import (
     Shape,
     chunk,
     geometric_mean,
-    read_serving,
     sweep_shapes,
 )
+from generator.serving_path import read_serving
 from runtime.contract import check_inputs
 
 
@@ -50,3 +50,81 @@ def test_results_print_as_the_benchmark_tables():
     assert lines[2] == "| requests, rows | 8K | 32K |"
     assert lines[4] == "| 1, 512 | 0.100 / 0.200 (0.50x; 0.50 d) | 0.200 / 0.100 (2.00x; 0.50) |"
     assert lines[5] == "| 8, 512 | 0.100 / 0.100 (1.00x; 0.50 d) | - |"
+
+
+def _stand_in_top_k_op():
+    """torch.ops._C.top_k_per_row_prefill with vLLM's signature, on the CPU (torch.topk over each row's
+    [ks, ke), positions relative to ks, -1 after), registered once a process as vLLM's import would."""
+    import torch
+
+    try:
+        torch.ops._C.top_k_per_row_prefill
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    lib = torch.library.Library("_C", "FRAGMENT")
+    lib.define("top_k_per_row_prefill(Tensor logits, Tensor row_starts, Tensor row_ends, Tensor(a!) indices, "
+               "int num_rows, int stride0, int stride1, int top_k) -> ()")
+
+    def top_k(logits, starts, ends, indices, num_rows, stride0, stride1, k):
+        assert (stride0, stride1) == logits.stride() and num_rows == logits.shape[0] == indices.shape[0]
+        indices.fill_(-1)
+        for r in range(num_rows):
+            lo, hi = int(starts[r]), int(ends[r])
+            n = min(k, hi - lo)
+            indices[r, :n] = torch.topk(logits[r, lo:hi], n).indices.to(torch.int32)
+
+    lib.impl("top_k_per_row_prefill", top_k, "CPU")
+    _stand_in_top_k_op.lib = lib  # (the registration lives as long as its Library)
+
+
+def test_the_installed_serving_ops_are_called_as_vllm_calls_them(monkeypatch):
+    """`--serving installed` against stand-ins with the signatures vLLM's sparse_attn_indexer calls: vLLM's
+    wrapper of DeepGEMM's logits over the whole key space, then its top-k op into the chunk's rows; a
+    chunk is scored in row pieces of bounded logits, and the answer is the contract's."""
+    import sys
+    import types
+
+    import torch
+
+    from generator.serving_path import InstalledServing
+    from generator.verify import verify_topk
+    from generator.workloads import packed_workload
+    from runtime.reference import reference_scores
+
+    pieces = []
+
+    def fp8_mqa_logits(q, kv, weights, ks, ke):
+        k_fp8, k_scale = kv
+        pieces.append(q.shape[0])
+        scores = reference_scores(q, k_fp8, k_scale, weights, slice(None), 0, k_fp8.shape[0])
+        column = torch.arange(k_fp8.shape[0])
+        return scores.masked_fill((column < ks[:, None]) | (column >= ke[:, None]), float("-inf"))
+
+    wrapper = types.ModuleType("vllm.utils.deep_gemm")
+    wrapper.fp8_mqa_logits = fp8_mqa_logits
+    for name, module in (("vllm", types.ModuleType("vllm")), ("vllm.utils", types.ModuleType("vllm.utils")),
+                         ("vllm.utils.deep_gemm", wrapper), ("vllm._custom_ops", types.ModuleType("vllm._custom_ops"))):
+        monkeypatch.setitem(sys.modules, name, module)
+    _stand_in_top_k_op()
+    serving = InstalledServing.find()
+    assert serving.logits_name == "vllm.utils.deep_gemm.fp8_mqa_logits"
+    wl = packed_workload(96, 4 * 1024, 32, 512, 4, seed=2, device="cpu")
+    serving.piece_bytes = 40 * 4 * wl.k_fp8.shape[0]  # 40 rows of logits a piece
+    out = torch.full((96, 512), -7, dtype=torch.int32)
+    serving(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, 512, out)
+    assert pieces == [40, 40, 16]
+    assert verify_topk(out, *wl.args()).ok
+
+
+def test_without_vllm_the_installed_serving_path_says_what_is_missing(monkeypatch):
+    import sys
+
+    import pytest
+
+    from generator.serving_path import InstalledServing, ServingUnavailable
+
+    for name in ("vllm", "vllm.utils", "vllm.utils.deep_gemm", "deep_gemm"):
+        monkeypatch.setitem(sys.modules, name, None)  # (an import of it raises ImportError)
+    with pytest.raises(ServingUnavailable, match="deep_gemm"):
+        InstalledServing.find()
