@@ -104,8 +104,9 @@ class DenseVariant:
 
     def cluster_topk_smem_bytes(self) -> int:
         """The paged builds' cluster top-k (the template's ClusterTopKShared): its answer bitmap, its
-        buffer, three histograms and the cluster's sums, the select scratch, three words a warp, eight more."""
-        return CLUSTER_BITMAP_WORDS * 4 + self.topk_buffer * 8 + 4 * 256 * 4 + RADIX_SCRATCH_BYTES + 12 * (self.topk_threads // 32) + 8 * 4
+        buffer (twice the one-CTA kernel's), three histograms and the cluster's sums, the select scratch,
+        three words a warp, eight more."""
+        return CLUSTER_BITMAP_WORDS * 4 + 2 * self.topk_buffer * 8 + 4 * 256 * 4 + RADIX_SCRATCH_BYTES + 12 * (self.topk_threads // 32) + 8 * 4
 
     @property
     def short_row_keys(self) -> int:

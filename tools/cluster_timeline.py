@@ -12,9 +12,9 @@ cluster of CTAs) compiled with -DFUSED_MQA_TOPK_TIMELINE marks, in each CTA, the
     python tools/timeline.py build mqa_dense_..._pb64 --out .ablate          # here: nvcc
     python tools/cluster_timeline.py run mqa_dense_..._pb64 --out .ablate --shape 1x32768 [--next-n 1]  # GPU
 
-A shape is BATCHxCONTEXT (random_step's data, generator/paged_bench.py). Each step's answer is
+A shape is BATCHxCONTEXT (random_step's data, generator/paged_bench.py, by --distribution). Each step's answer is
 checked by the two-sided rule. Figures: microseconds, medians over the launch's
-CTAs and over --launches launches, at the SM clock measured from each CTA's global-timer span.
+CTAs and over --launches launches (and the slowest CTA's span: the launch waits for it), at the SM clock measured from each CTA's global-timer span.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools.cli import variant_tool_parser  # noqa: E402
+from generator.paged_bench import DISTRIBUTIONS  # noqa: E402
 from tools.timeline import GLOBAL_END, GLOBAL_START, Marks, cmd_build, library_path  # noqa: E402
 
 PHASES = ("gate", "gather", "counts", "rank", "ties", "places", "answer")  # between marks 0..7 of event 0
@@ -61,7 +62,8 @@ def cmd_run(args) -> int:
         lib, marks = DenseLibrary(variant, str(path)), Marks(path)
         for shape in args.shape or ["1x32768"]:
             batch, context = (int(x) for x in shape.split("x"))
-            q, cache, weights, lens, table, top_k = random_step(batch, context, args.next_n, variant.heads, variant.top_k)
+            q, cache, weights, lens, table, top_k = random_step(batch, context, args.next_n, variant.heads, variant.top_k,
+                                                                distribution=args.distribution)
             layout = decode_layout(lens, table, args.next_n, cache.shape[1], cache.shape[0])
             rows, capacity = batch * args.next_n, table.shape[1] * cache.shape[1]
             window, piece_rows = window_pieces(rows, layout.keys, capacity, DEFAULT_LOGITS_BUDGET)
@@ -85,8 +87,10 @@ def cmd_run(args) -> int:
             assert report.ok, report.summary()
             medians = {p: statistics.median(statistics.median(c[p] for c in launch) for launch in per_launch[1:])
                        for p in ("span_us", *PHASES)}
-            print(f"{name} {shape} next_n {args.next_n} ({ctas} CTAs a row, answers verified): "
-                  + ", ".join(f"{p} {medians[p]:.2f}" for p in ("span_us", *PHASES)), flush=True)
+            print(f"{name} {shape} next_n {args.next_n} {args.distribution} ({ctas} CTAs a row, answers verified): "
+                  + ", ".join(f"{p} {medians[p]:.2f}" for p in ("span_us", *PHASES))
+                  + f"; the slowest CTA: span {statistics.median(max(c['span_us'] for c in launch) for launch in per_launch[1:]):.2f}",
+                  flush=True)
     return 0
 
 
@@ -94,6 +98,7 @@ def main() -> int:
     p = variant_tool_parser(__doc__, ("build", "run"))
     p.add_argument("--next-n", type=int, default=1)
     p.add_argument("--launches", type=int, default=5)
+    p.add_argument("--distribution", default="positive", choices=list(DISTRIBUTIONS), help="the step's data (DISTRIBUTIONS)")
     args = p.parse_args()
     return cmd_build(args) if args.what == "build" else cmd_run(args)
 
