@@ -128,6 +128,21 @@ def _record(root: Path, plans: list[BuildPlan], nvcc: str) -> None:
     write_manifest(root, libraries)
 
 
+def _restamp(root: Path, plans: list[BuildPlan]) -> None:
+    """Records the cached libraries of `plans`, built for other kernel code, as this code's. A library's
+    file name carries the digest of its source and flags, so the same file is what this code compiles
+    to: a change that moved the code digest but not these variants' sources (kernel_code digests every
+    template whole) would otherwise leave find_library, which serves by manifest where nothing may
+    compile, without them."""
+    if not plans:
+        return
+    with _locked(root / ".manifest.lock"):
+        libraries = read_manifest(root)
+        for p in plans:
+            libraries[p.library.name] = {**libraries[p.library.name], "code": code_digest_of(p.variant)}
+        write_manifest(root, libraries)
+
+
 def _built(p: BuildPlan, root: Path, manifest: dict, nvcc: str | None, prebuilt: Path | None,
            prebuilt_manifest: dict) -> BuildPlan | None:
     """The plan of a usable library for p: in the cache (whose manifest is `manifest`), else in the
@@ -168,6 +183,7 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
     plans = [plan(v, root) for v in variants]
     manifest, prebuilt_manifest = _manifests(root, prebuilt)
     found = [_built(p, root, manifest, nvcc, prebuilt, prebuilt_manifest) for p in plans]
+    _restamp(root, [p for p, f in zip(plans, found) if f is p and manifest[p.library.name].get("code") != code_digest_of(p.variant)])
     missing = [p for p, f in zip(plans, found) if f is None]
     plans = [f or p for p, f in zip(plans, found)]
     if not missing:

@@ -178,6 +178,25 @@ def test_cache_reuses_unchanged_builds_and_rebuilds_on_change(fake_nvcc, monkeyp
     assert first.library.stat().st_mtime_ns == mtime
 
 
+def test_a_build_for_new_kernel_code_that_renders_the_same_source_serves_it_by_manifest(fake_nvcc, monkeypatch):
+    """A change that moves the kernel-code digest but not a variant's source (another template, a
+    comment) reuses its library, and records it under the new code, so that find_library (a serving
+    process that may not compile) finds it. Fails where the record keeps the old code."""
+    import runtime.build as b
+    import runtime.library_cache as lc
+
+    v = default_variant(64, 512)
+    (first,) = build([v])
+    mtime = first.library.stat().st_mtime_ns
+    assert lc.find_library(v) == first.library
+    for module in (b, lc):
+        monkeypatch.setattr(module, "code_digest_of", lambda variant: "0123456789abcdef")
+    assert lc.find_library(v) is None  # (the manifest records the library for the old code)
+    (again,) = build([v])
+    assert again.library == first.library and again.library.stat().st_mtime_ns == mtime  # not compiled again
+    assert lc.find_library(v) == first.library
+
+
 @requires_nvcc
 def test_build_error_names_the_variant(tmp_cache, monkeypatch):
     import runtime.build as b
