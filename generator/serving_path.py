@@ -9,7 +9,8 @@ serving path built from its sources and timed in the same run by the same method
 (vllm.utils.deep_gemm.fp8_mqa_logits), else DeepGEMM's own entry (deep_gemm.fp8_mqa_logits, or the
 fp8_fp4_mqa_logits of newer releases), then vLLM's `torch.ops._C.top_k_per_row_prefill` into the
 chunk's rows of an index buffer. A chunk is scored in row pieces of at most 512 MiB of fp32 logits
-each (vLLM bounds its logits the same way; the piece's logits are allocated by the op, as in vLLM).
+each (the bound of vLLM v0.33's prefill pieces, which the recorded serving times used too: BENCHMARKS.md,
+"Every chunk a server sends"); each piece's logits are allocated by the op, as in vLLM.
 Its answers are verified by the two-sided rule on sampled rows (not strictly: vLLM's top-k leaves the
 order and the ties unspecified). The benchmark only: the runtime never imports vLLM or DeepGEMM."""
 

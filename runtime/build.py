@@ -136,11 +136,15 @@ def _restamp(root: Path, plans: list[BuildPlan]) -> None:
     compile, without them."""
     if not plans:
         return
-    with _locked(root / ".manifest.lock"):
-        libraries = read_manifest(root)
-        for p in plans:
-            libraries[p.library.name] = {**libraries[p.library.name], "code": code_digest_of(p.variant)}
-        write_manifest(root, libraries)
+    try:
+        with _locked(root / ".manifest.lock"):
+            libraries = read_manifest(root)
+            for p in plans:
+                if p.library.name in libraries:
+                    libraries[p.library.name] = {**libraries[p.library.name], "code": code_digest_of(p.variant)}
+            write_manifest(root, libraries)
+    except OSError:
+        pass  # (a read-only cache: this call still gets the library, found by its file name)
 
 
 def _built(p: BuildPlan, root: Path, manifest: dict, nvcc: str | None, prebuilt: Path | None,
