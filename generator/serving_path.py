@@ -6,8 +6,8 @@ timed in the same run as ours.
 serving path built from its sources and timed in the same run by the same method: CONTRIBUTING.md).
 
 `--serving installed`: DeepGEMM's MQA logits, through vLLM's wrapper where vLLM has one
-(vllm.utils.deep_gemm.fp8_mqa_logits), else DeepGEMM's own entry (deep_gemm.fp8_mqa_logits, or the
-fp8_fp4_mqa_logits of newer releases), then vLLM's `torch.ops._C.top_k_per_row_prefill` into the
+(vllm.utils.deep_gemm: fp8_fp4_mqa_logits in newer releases, fp8_mqa_logits before), else DeepGEMM's
+own entry (the same two names), then vLLM's `torch.ops._C.top_k_per_row_prefill` into the
 chunk's rows of an index buffer. A chunk is scored in row pieces of at most 512 MiB of fp32 logits
 each (the bound of vLLM v0.33's prefill pieces, which the recorded serving times used too: BENCHMARKS.md,
 "Every chunk a server sends"); each piece's logits are allocated by the op, as in vLLM.
@@ -40,26 +40,29 @@ def read_serving(path: Path) -> dict[tuple, float]:
 
 def logits_op() -> tuple[str, Callable]:
     """The installed MQA-logits entry, by the name it is reached under, as fn(q, (k_fp8, k_scale),
-    weights, ks, ke) -> fp32 logits [M, N]."""
-    reasons = []
-    try:
-        from vllm.utils.deep_gemm import fp8_mqa_logits
+    weights, ks, ke) -> fp32 logits [M, N]: vLLM's wrapper first (the call its indexer makes), in its
+    fp8/fp4 form (q given as (values, None)) where it has one, else DeepGEMM's own entry; logits past a
+    row's range cleaned, as vLLM asks for them."""
+    import inspect
 
-        return "vllm.utils.deep_gemm.fp8_mqa_logits", fp8_mqa_logits
-    except ImportError as e:
-        reasons.append(f"vllm.utils.deep_gemm: {e}")
-    try:
-        import deep_gemm
-    except ImportError as e:
-        raise ServingUnavailable(f"no MQA-logits op here ({'; '.join(reasons)}; deep_gemm: {e})") from None
-    if hasattr(deep_gemm, "fp8_mqa_logits"):
-        return "deep_gemm.fp8_mqa_logits", lambda q, kv, w, ks, ke: deep_gemm.fp8_mqa_logits(q, kv, w, ks, ke,
-                                                                                              clean_logits=True)
-    if hasattr(deep_gemm, "fp8_fp4_mqa_logits"):
-        return "deep_gemm.fp8_fp4_mqa_logits", lambda q, kv, w, ks, ke: deep_gemm.fp8_fp4_mqa_logits(
-            (q, None), kv, w, ks, ke, clean_logits=True)
-    raise ServingUnavailable(f"deep_gemm {getattr(deep_gemm, '__version__', '?')} has neither fp8_mqa_logits nor "
-                             "fp8_fp4_mqa_logits")
+    reasons = []
+    for module_name in ("vllm.utils.deep_gemm", "deep_gemm"):
+        try:
+            module = __import__(module_name, fromlist=["_"])
+        except ImportError as e:
+            reasons.append(f"{module_name}: {e}")
+            continue
+        if hasattr(module, "fp8_fp4_mqa_logits"):
+            fn = module.fp8_fp4_mqa_logits
+            return f"{module_name}.fp8_fp4_mqa_logits", lambda q, kv, w, ks, ke: fn((q, None), kv, w, ks, ke,
+                                                                                      clean_logits=True)
+        if hasattr(module, "fp8_mqa_logits"):
+            fn = module.fp8_mqa_logits
+            if "clean_logits" in inspect.signature(fn).parameters:
+                return f"{module_name}.fp8_mqa_logits", lambda q, kv, w, ks, ke: fn(q, kv, w, ks, ke, clean_logits=True)
+            return f"{module_name}.fp8_mqa_logits", fn
+        reasons.append(f"{module_name} has neither fp8_mqa_logits nor fp8_fp4_mqa_logits")
+    raise ServingUnavailable(f"no MQA-logits op here ({'; '.join(reasons)})")
 
 
 def top_k_op() -> Callable:

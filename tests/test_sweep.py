@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from generator.sweep import (
     SWEEP_KEYS,
     SWEEP_ROWS,
@@ -78,7 +80,8 @@ def _stand_in_top_k_op():
     _stand_in_top_k_op.lib = lib  # (the registration lives as long as its Library)
 
 
-def test_the_installed_serving_ops_are_called_as_vllm_calls_them(monkeypatch):
+@pytest.mark.parametrize("form", ["fp8_mqa_logits", "fp8_fp4_mqa_logits"])
+def test_the_installed_serving_ops_are_called_as_vllm_calls_them(monkeypatch, form):
     """`--serving installed` against stand-ins with the signatures vLLM's sparse_attn_indexer calls: vLLM's
     wrapper of DeepGEMM's logits over the whole key space, then its top-k op into the chunk's rows; a
     chunk is scored in row pieces of bounded logits, and the answer is the contract's."""
@@ -94,7 +97,11 @@ def test_the_installed_serving_ops_are_called_as_vllm_calls_them(monkeypatch):
 
     pieces = []
 
-    def fp8_mqa_logits(q, kv, weights, ks, ke):
+    def fp8_mqa_logits(q, kv, weights, ks, ke, clean_logits: bool):  # (vLLM's wrapper: clean_logits required)
+        assert clean_logits
+        if form == "fp8_fp4_mqa_logits":  # (newer releases: q as (values, scales), None for fp8)
+            q, q_scale = q
+            assert q_scale is None
         k_fp8, k_scale = kv
         pieces.append(q.shape[0])
         scores = reference_scores(q, k_fp8, k_scale, weights, slice(None), 0, k_fp8.shape[0])
@@ -102,13 +109,13 @@ def test_the_installed_serving_ops_are_called_as_vllm_calls_them(monkeypatch):
         return scores.masked_fill((column < ks[:, None]) | (column >= ke[:, None]), float("-inf"))
 
     wrapper = types.ModuleType("vllm.utils.deep_gemm")
-    wrapper.fp8_mqa_logits = fp8_mqa_logits
+    setattr(wrapper, form, fp8_mqa_logits)
     for name, module in (("vllm", types.ModuleType("vllm")), ("vllm.utils", types.ModuleType("vllm.utils")),
                          ("vllm.utils.deep_gemm", wrapper), ("vllm._custom_ops", types.ModuleType("vllm._custom_ops"))):
         monkeypatch.setitem(sys.modules, name, module)
     _stand_in_top_k_op()
     serving = InstalledServing.find()
-    assert serving.logits_name == "vllm.utils.deep_gemm.fp8_mqa_logits"
+    assert serving.logits_name == f"vllm.utils.deep_gemm.{form}"
     wl = packed_workload(96, 4 * 1024, 32, 512, 4, seed=2, device="cpu")
     serving.piece_bytes = 40 * 4 * wl.k_fp8.shape[0]  # 40 rows of logits a piece
     out = torch.full((96, 512), -7, dtype=torch.int32)
