@@ -196,7 +196,7 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
         where = f"{root}" + (f" or {prebuilt}" if prebuilt else "")
         raise BuildError(f"nvcc not found, and {where} holds no library for {[p.variant.name for p in missing]}: "
                          "install the CUDA toolkit, or build them where nvcc is (python -m generator build "
-                         "--shipped) and ship that cache (README: kernels without a toolchain)")
+                         "--shipped) and ship that cache (docs/serving.md, \"Kernels without a toolchain\")")
     root.mkdir(parents=True, exist_ok=True)
     for p in missing:
         write_source(p)
