@@ -5,7 +5,8 @@ each heads and top-k asked (default H = 32 and 64, top-512 and top-2048). A chun
 requests holds Q requests of keys / Q tokens each, R / Q rows of each (its last tokens, each row
 seeing its own request's prefix); shapes with fewer rows than requests, or more rows than keys, are
 left out. Per shape, in one run: AUTO as a server calls it (`fused_mqa_topk`, validate=False) and
-our dense path, each the median of event-timed calls (the host's work inside), and AUTO's GPU time
+our dense path (and the installed serving ops), timed in turn (timing.interleaved_ms: the median of
+event-timed calls, the host's work inside), and AUTO's GPU time
 alone (the host's launch hidden: timing.event_ms); the share of the fp8 floor at `_scaled_mm`'s
 sustained rate measured at the start of the run; both answers verified with the two-sided verifier
 on sampled rows. With --serving (generator/serving_path.py): the serving engines' dense path on the
@@ -65,7 +66,7 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float] | Insta
 
     from runtime import dense_mqa_topk, explain, fused_mqa_topk
 
-    from .timing import median_ms, scaled_mm_tflops, scoring_floor_ms, visible_pairs
+    from .timing import interleaved_ms, median_ms, scaled_mm_tflops, scoring_floor_ms, visible_pairs
     from .verify import verify_topk
 
     rate = scaled_mm_tflops(seconds=sustain_s)
@@ -80,10 +81,13 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float] | Insta
         longest = shape.keys // shape.requests  # what a server knows of its requests (max_seqlen_k)
         def auto():
             fused_mqa_topk(*args, validate=False, max_visible_keys=longest)
-        auto_ms = median_ms(auto, warmup=3, reps=15, max_seconds=2.0)
+        calls = {"auto": auto, "dense": lambda: dense_mqa_topk(*args, validate=False, max_visible_keys=longest)}
+        if isinstance(serving, InstalledServing):
+            answer = torch.empty(shape.rows, shape.top_k, dtype=torch.int32, device="cuda")
+            calls["serving"] = lambda: serving(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, shape.top_k, answer)
+        timed = interleaved_ms(calls, warmup=3, reps=15, max_seconds=2.0 * len(calls))  # (the same clocks for each)
+        auto_ms, dense_ms = timed["auto"].ms, timed["dense"].ms
         auto_gpu_ms = median_ms(auto, warmup=3, reps=15, max_seconds=2.0, hide_launch=True)  # (the host's work outside)
-        dense_ms = median_ms(lambda: dense_mqa_topk(*args, validate=False, max_visible_keys=longest), warmup=3, reps=15,
-                             max_seconds=2.0)
         sample = range(0, shape.rows, max(1, shape.rows // 32))
         ok = all(verify_topk(path(*args, validate=False, max_visible_keys=longest), *args, rows=sample, strict=True).ok
                  for path in (fused_mqa_topk, dense_mqa_topk))  # (what was timed)
@@ -92,14 +96,12 @@ def run(heads: list[int], top_ks: list[int], serving: dict[tuple, float] | Insta
         decision = explain(*args, max_visible_keys=longest)  # (what AUTO ran, for reading the times)
         result = {**asdict(shape), "auto_path": decision.variant.name if decision.variant else "dense",
                   "auto_ms": auto_ms, "auto_gpu_ms": auto_gpu_ms, "dense_ms": dense_ms, "floor_ms": floor_ms,
-                  "auto_floor_share": floor_ms / auto_ms, "auto_gpu_floor_share": floor_ms / auto_gpu_ms, "verified": ok}
-        if isinstance(serving, InstalledServing):
-            answer = torch.empty(shape.rows, shape.top_k, dtype=torch.int32, device="cuda")
-            def theirs():
-                serving(wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, shape.top_k, answer)
-            result["serving_ms"] = median_ms(theirs, warmup=3, reps=15, max_seconds=2.0)
+                  "auto_floor_share": floor_ms / auto_ms, "auto_gpu_floor_share": floor_ms / auto_gpu_ms, "verified": ok,
+                  **{f"{name}_spread": t.spread for name, t in timed.items()}}
+        if "serving" in timed:
+            result["serving_ms"] = timed["serving"].ms
             answer.fill_(-7)
-            theirs()  # (vLLM's top-k leaves the order and ties open: the plain rule, not the strict one)
+            calls["serving"]()  # (vLLM's top-k leaves the order and ties open: the plain rule, not the strict one)
             result["serving_verified"] = verify_topk(answer, *args, rows=sample).ok
             bad += not result["serving_verified"]
         elif shape.key in serving:

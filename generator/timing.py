@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -46,6 +47,43 @@ def median_ms(fn: Callable[[], object], warmup: int = 2, reps: int = 10, max_sec
         if len(times) >= 3 and sum(times) > 1000 * max_seconds:
             break
     return statistics.median(times)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A call's median time (ms) over its repeats and their spread (spread())."""
+
+    ms: float
+    spread: float
+
+
+def spread(times: list[float]) -> float:
+    """Half the interquartile range over the median: how far apart repeated timings lie."""
+    if len(times) < 4:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4)
+    return (q3 - q1) / 2 / statistics.median(times)
+
+
+def interleaved_ms(calls: dict[str, Callable[[], object]], warmup: int = 1, reps: int = 15, max_seconds: float = 20.0,
+                   hide_launch: bool = False, timer: Callable | None = None) -> dict[str, Timed]:
+    """The calls timed alike, the way a comparison must be on a power-capped card: each warmed up, then
+    one run of each in turn, `reps` rounds (fewer, at least 3, once the rounds pass max_seconds), so
+    that every call sees the same clocks; per call its median and spread. The time of one run is
+    event_ms (the host's work inside, or the GPU's alone with hide_launch); `timer(fn)` replaces it."""
+    timer = timer or (lambda fn: event_ms(fn, hide_launch))
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for n in range(reps):
+        for name, fn in calls.items():
+            times[name].append(timer(fn))
+        if n >= 2 and sum(map(sum, times.values())) > 1000 * max_seconds:
+            break
+    return {name: Timed(statistics.median(t), spread(t)) for name, t in times.items()}
 
 
 def geometric_mean(values: list[float]) -> float:

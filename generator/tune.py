@@ -89,14 +89,6 @@ class Measurer(Protocol):
         ...
 
 
-def spread(times: list[float]) -> float:
-    """Half the interquartile range over the median: how far apart repeated timings lie."""
-    if len(times) < 4:
-        return 0.0
-    q1, _, q3 = statistics.quantiles(times, n=4)
-    return (q3 - q1) / 2 / statistics.median(times)
-
-
 def tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, list]:
     """Per tuned axis, the values that occur in at least one valid variant (the rest would only
     ever be rejected)."""
@@ -447,15 +439,10 @@ class GpuMeasurer:
     def compare(self, variant: Variant, bucket: Bucket, reps: int = 15) -> Comparison:
         """Fused and dense alternately, `reps` each after a warm-up of both: the clock the power cap
         sets is the same for both sides (a fused run and a dense run taken minutes apart were not)."""
-        from .timing import event_ms
+        from .timing import interleaved_ms
 
-        fused, dense = self._verified(variant, bucket), self._dense(bucket)
-        fused(), dense()
-        f, d = [], []
-        for _ in range(reps):
-            f.append(event_ms(fused))
-            d.append(event_ms(dense))
-        return Comparison(statistics.median(f), spread(f), statistics.median(d), spread(d))
+        timed = interleaved_ms({"fused": self._verified(variant, bucket), "dense": self._dense(bucket)}, reps=reps)
+        return Comparison(timed["fused"].ms, timed["fused"].spread, timed["dense"].ms, timed["dense"].spread)
 
 
 def with_neighbors(choice: Variant) -> set[Variant]:

@@ -135,3 +135,22 @@ def test_without_vllm_the_installed_serving_path_says_what_is_missing(monkeypatc
         monkeypatch.setitem(sys.modules, name, None)  # (an import of it raises ImportError)
     with pytest.raises(ServingUnavailable, match="deep_gemm"):
         InstalledServing.find()
+
+
+def test_calls_compared_are_timed_in_turn_with_medians_and_spreads():
+    """timing.interleaved_ms (the tuner's settle and the sweep): one run of each call a round, so that
+    each sees the same clocks; medians and spreads per call; rounds stop early past max_seconds."""
+    from generator.timing import interleaved_ms
+
+    order, clock = [], iter(range(1, 10**6))
+
+    def timer(fn):
+        order.append(fn())
+        return {"a": 1.0, "b": 2.0}[order[-1]] * next(clock) / next(clock)  # (a little jitter)
+
+    timed = interleaved_ms({"a": lambda: "a", "b": lambda: "b"}, warmup=1, reps=6, timer=timer)
+    assert order == ["a", "b"] * 6  # (the warm-up runs are not timed)
+    assert 0.9 < timed["a"].ms < 1.0 and 1.8 < timed["b"].ms < 2.0 and timed["a"].spread >= 0
+    order.clear()
+    stopped = interleaved_ms({"slow": lambda: "b"}, warmup=0, reps=50, max_seconds=0.005, timer=lambda fn: (order.append(1), 2.0)[1])
+    assert len(order) == 3 and stopped["slow"].ms == 2.0  # (at least three rounds)
