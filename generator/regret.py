@@ -1,12 +1,15 @@
-"""`python -m generator regret`: does the tuner's default budget find the best variant?
+"""`python -m generator regret`: how far a tuning search lands from the best point of the space.
 
-For each bucket asked, the reference is the best of a large random sample of the valid space (or of
-all of it, --sample 0) together with everything the studies visit, every variant measured once
-(verified) and its timings kept. Then the default study (generator.search's sampler, the default
-trials) is run --repeats times with different seeds, each trial answered from the kept timings, so
-that every run searches the same landscape; its regret is how much slower its pick is than the
-reference best. The table it prints (and appends as JSON lines to --log) is the one the tuner's
-budget is judged by: a default budget should land within 2% of the best point found.
+Two steps, so that a GPU's time goes on measuring only:
+  --record FILE (GPU): every valid point of each bucket's space (or a random sample of it, --sample)
+      is built, verified over a poisoned output and timed as a study's trial is (a warm-up, then 7
+      timings); one JSON line a point, appended as it goes, so that the same command run again goes
+      on where a cut run stopped.
+  --replay FILE (any machine): searches run over those timings, each trial answered from the file,
+      so that every run sees the same landscape: the tuner's default design and, at the same budget,
+      the designs named by --design (pure random search, pure TPE, ...), each with --repeats seeds.
+      A run's regret is how much slower its pick is than the best point recorded. A point a search
+      asks for that the file lacks (a sampled landscape) is a failed trial, counted in the table.
 """
 
 from __future__ import annotations
@@ -14,111 +17,212 @@ from __future__ import annotations
 import json
 import random
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.variant import Variant
 
+from .design import DEFAULT_DESIGN, Design
 from .space import valid_variants
-from .tune import Bucket, Comparison, VerificationError, open_study, search_bucket
+from .study import Bucket, Comparison, VerificationError
+
+# The designs --replay compares with the default at the same budget (the default's own parameters:
+# generator.design.DEFAULT_DESIGN).
+DESIGNS: dict[str, Design] = {
+    "default": DEFAULT_DESIGN,
+    "neighbours": Design(),  # the known points, then every neighbour (the default until 2026-12-04: at 12
+    # trials the neighbours never run out and the model proposes nothing)
+    "random": Design(known=False, neighbours=0, model="random"),  # pure random search
+    "tpe": Design(known=False, neighbours=0, startup=4, multivariate=True),  # pure TPE
+}
 
 
-class Recorded:
-    """A Measurer that measures each variant once through `measurer` and replays its timings after."""
-
-    def __init__(self, measurer):
-        self.measurer = measurer
-        self.times: dict[tuple[str, Bucket], list[float] | None] = {}  # None: failed verification
-
-    def timings(self, v: Variant, bucket: Bucket) -> list[float] | None:
-        key = (v.name, bucket)
-        if key not in self.times:
-            try:
-                self.times[key] = list(self.measurer.fused_samples(v, bucket))
-            except VerificationError:
-                self.times[key] = None
-        return self.times[key]
-
-    def fused_samples(self, v: Variant, bucket: Bucket):
-        times = self.timings(v, bucket)
-        if times is None:
-            raise VerificationError(f"{v.name} failed verification")
-        yield from times
-
-    def compare(self, v: Variant, bucket: Bucket) -> Comparison:
-        return self.measurer.compare(v, bucket)
-
-    def best(self, bucket: Bucket) -> tuple[str, float]:
-        good = {name: statistics.median(t) for (name, b), t in self.times.items() if b == bucket and t}
-        name = min(good, key=good.get)
-        return name, good[name]
+class NotRecorded(RuntimeError):
+    """A point the landscape does not hold (it recorded a sample of the space)."""
 
 
 @dataclass
-class Regret:
-    bucket: Bucket
-    measured: int  # variants measured for the reference
-    best: str
-    best_ms: float
-    regrets: list[float]  # per run: its pick's median / the best's - 1
+class Landscape:
+    """Per bucket, each recorded point's timings (ms), or None where it failed verification or to run."""
 
-    def row(self) -> dict:
-        return {"bucket": self.bucket.name, "measured": self.measured, "best": self.best, "best_ms": self.best_ms,
-                "median_regret": statistics.median(self.regrets), "worst_regret": max(self.regrets),
-                "runs_within_2pct": sum(r <= 0.02 for r in self.regrets), "runs": len(self.regrets)}
+    points: dict[Bucket, dict[str, list[float] | None]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> "Landscape":
+        out = cls()
+        lines = path.read_text().splitlines() if path.exists() else []
+        for i, line in enumerate(lines):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:  # a line cut short when a recording was stopped: measured again
+                    break
+                raise
+            out.points.setdefault(Bucket(*row["bucket"]), {})[row["variant"]] = row["ms"]
+        return out
+
+    def best(self, bucket: Bucket) -> tuple[str, float]:
+        good = {name: statistics.median(t) for name, t in self.points[bucket].items() if t}
+        name = min(good, key=good.get)
+        return name, good[name]
+
+    def median(self, bucket: Bucket, name: str) -> float:
+        return statistics.median(self.points[bucket][name])
 
 
-def regret(bucket: Bucket, measurer, arch: str, sample: int, repeats: int, trials: int, seed: int = 0,
-           build_fn=None, log=print) -> Regret:
-    """The reference (a sample of the space, 0: all of it) and `repeats` default studies on it."""
-    space = valid_variants(arch=arch, heads=bucket.heads, top_k=bucket.top_k)
-    chosen = space if sample <= 0 or sample >= len(space) else random.Random(seed).sample(space, sample)
-    recorded = Recorded(measurer)
-    if build_fn:
-        build_fn(sorted(chosen))
-    for i, v in enumerate(chosen):
-        recorded.timings(v, bucket)
+def record(bucket: Bucket, measurer, variants: list[Variant], path: Path, build_fn=None, log=print) -> int:
+    """Measures each of `variants` the file does not yet hold for `bucket` once, appending a line each;
+    returns how many it measured."""
+    held = Landscape.read(path).points.get(bucket, {})
+    todo = [v for v in variants if v.name not in held]
+    text = path.read_text() if path.exists() else ""
+    if text and not text.endswith("\n"):  # (a line cut short: dropped, its point is in todo)
+        path.write_text(text[:text.rfind("\n") + 1])
+    if build_fn and todo:
+        build_fn(todo)
+    for i, v in enumerate(todo):
+        row = {"bucket": [bucket.heads, bucket.top_k, bucket.rows, bucket.keys, bucket.requests], "variant": v.name}
+        try:
+            row["ms"] = list(measurer.fused_samples(v, bucket))
+        except Exception as e:  # noqa: BLE001 -- wrong, or failed to build or run: this point's alone
+            row["ms"], row["failed"] = None, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            if "CUDA error" in str(e):  # the context is lost for every later point: end, a new process goes on
+                with open(path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                raise
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
         if (i + 1) % 50 == 0:
-            log(f"[{bucket.name}] reference: {i + 1}/{len(chosen)} measured")
-    picks = []
-    for r in range(repeats):
-        study = open_study(bucket, arch, seed=seed + r, gpu=f"regret-run-{r}")  # in memory, a fresh study each
-        search_bucket(study, bucket, recorded, arch, trials, build_fn=build_fn, log=lambda s: None)
+            log(f"[{bucket.name}] {len(held) + i + 1}/{len(held) + len(todo)} recorded")
+    return len(todo)
+
+
+class Replayed:
+    """A Measurer that answers every trial from a landscape."""
+
+    def __init__(self, landscape: Landscape):
+        self.landscape = landscape
+
+    def fused_samples(self, v: Variant, bucket: Bucket):
+        points = self.landscape.points[bucket]
+        if v.name not in points:
+            raise NotRecorded(f"{v.name} is not in the landscape")
+        if points[v.name] is None:
+            raise VerificationError(f"{v.name} failed when it was recorded")
+        yield from points[v.name]
+
+    def compare(self, v: Variant, bucket: Bucket) -> Comparison:
+        raise NotImplementedError("a replay searches only; nothing is settled against the dense path")
+
+
+@dataclass
+class Run:
+    seed: int
+    pick: str
+    regret: float  # the pick's median / the landscape's best - 1
+    measured: int
+    sources: dict[str, int]
+    unrecorded: int  # trials that asked for a point the landscape lacks
+
+
+def replay(landscape: Landscape, bucket: Bucket, design: Design, seeds: range, trials: int, arch: str = "sm90a",
+           tables: list[Path] = ()) -> list[Run]:
+    """`design`'s search of `bucket` run once a seed over the landscape (a fresh in-memory study each),
+    starting as `tune` would with `tables`: the first one's choice for the bucket as its incumbent,
+    their per-kind evidence pruning its starting points (none: a GPU tuned afresh)."""
+    from .search import trial_sources
+    from .study import counts
+    from .tune import losing_kinds, open_study, search_bucket, table_choice
+
+    measurer, (_, best_ms) = Replayed(landscape), landscape.best(bucket)
+    incumbent, skip = table_choice(bucket, list(tables)), losing_kinds(bucket, list(tables))
+    runs = []
+    for seed in seeds:
+        study = open_study(bucket, arch, seed=seed, incumbent=incumbent, gpu=f"replay-{seed}", design=design,
+                           skip_kinds=skip)
+        search_bucket(study, bucket, measurer, arch, trials, log=lambda s: None)
         done = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
-        picks.append(statistics.median(recorded.timings(Variant.from_name(min(done, key=lambda t: t.value)
-                                                                          .user_attrs["variant"]), bucket)))
-    name, best_ms = recorded.best(bucket)  # (the studies' visits included)
-    result = Regret(bucket, sum(1 for (_, b) in recorded.times if b == bucket), name, best_ms,
-                    [p / best_ms - 1 for p in picks])
-    log(f"[{bucket.name}] best of {result.measured}: {name} {best_ms:.3f} ms; default budget ({trials} trials), "
-        f"{repeats} runs: regret median {statistics.median(result.regrets):.1%}, worst {max(result.regrets):.1%}")
-    return result
+        pick = min(done, key=lambda t: t.value).user_attrs["variant"]
+        unrecorded = sum("NotRecorded" in t.user_attrs.get("failed", "") for t in study.get_trials(deepcopy=False))
+        runs.append(Run(seed, pick, landscape.median(bucket, pick) / best_ms - 1, counts(study)["measured"],
+                        trial_sources(study), unrecorded))
+    return runs
 
 
-def markdown(results: list[Regret], trials: int) -> str:
-    lines = [f"| bucket | variants measured | best | default budget ({trials} trials): median regret | worst | "
-             "runs within 2% |", "| --- | --- | --- | --- | --- | --- |"]
-    for r in results:
-        row = r.row()
-        lines.append(f"| {row['bucket']} | {row['measured']} | `{row['best']}` {row['best_ms']:.3f} ms | "
-                     f"{row['median_regret']:.1%} | {row['worst_regret']:.1%} | {row['runs_within_2pct']}/{row['runs']} |")
+def summary(bucket: Bucket, landscape: Landscape, design: str, runs: list[Run]) -> dict:
+    regrets = [r.regret for r in runs]
+    best, best_ms = landscape.best(bucket)
+    sources = {s: sum(r.sources[s] for r in runs) for s in runs[0].sources}
+    return {"bucket": bucket.name, "points": len(landscape.points[bucket]), "best": best, "best_ms": best_ms,
+            "design": design, "runs": len(runs), "median_regret": statistics.median(regrets),
+            "worst_regret": max(regrets), "within_2pct": sum(r <= 0.02 for r in regrets),
+            "trials": statistics.median(r.measured for r in runs), "sources": sources,
+            "unrecorded": sum(r.unrecorded for r in runs), "picks": [r.pick for r in runs]}
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| bucket | points | best | design | trials | median regret | worst | runs within 2% | trials from |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        total = sum(r["sources"].values()) or 1
+        sources = ", ".join(f"{s} {n / total:.0%}" for s, n in r["sources"].items() if n)
+        lines.append(f"| {r['bucket']} | {r['points']} | {r['best_ms']:.3f} ms | {r['design']} | {r['trials']:.0f} | "
+                     f"{r['median_regret']:.1%} | {r['worst_regret']:.1%} | {r['within_2pct']}/{r['runs']} | {sources} |"
+                     + (f" ({r['unrecorded']} unrecorded)" if r["unrecorded"] else ""))
     return "\n".join(lines)
 
 
+def parse_bucket(spec: str) -> Bucket:
+    try:
+        return Bucket(*(int(x) for x in spec.split("x")))
+    except (TypeError, ValueError):
+        raise SystemExit(f"--bucket {spec}: expected HEADSxTOPKxROWSxKEYS[xREQUESTS]") from None
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--bucket", action="append", required=True, metavar="HxKxMxN[xQ]",
-                   help="heads x top-k x rows x keys [x requests], e.g. 32x2048x4096x8192 (repeatable)")
-    p.add_argument("--sample", type=int, default=200, help="random valid variants in the reference (0: all)")
-    p.add_argument("--repeats", type=int, default=5, help="default studies run on the reference, seeds 0..")
-    p.add_argument("--trials", type=int, default=12, help="the budget judged (tune's default)")
-    p.add_argument("--log", type=Path, help="append JSON lines here")
+    p.add_argument("--record", type=Path, metavar="FILE", help="GPU: measure the buckets' points into FILE (JSON lines)")
+    p.add_argument("--replay", type=Path, metavar="FILE", help="run searches over FILE's timings (no GPU)")
+    p.add_argument("--bucket", action="append", default=[], metavar="HxKxMxN[xQ]",
+                   help="heads x top-k x rows x keys [x requests], e.g. 32x2048x4096x8192 (repeatable; "
+                        "--replay: default every bucket the file holds)")
+    p.add_argument("--sample", type=int, default=0, help="--record: random valid points a bucket (0: all of them)")
+    p.add_argument("--design", action="append", choices=sorted(DESIGNS), help="--replay: the designs compared "
+                   "(repeatable; default: all of them)")
+    p.add_argument("--repeats", type=int, default=10, help="--replay: runs a design, seeds 0..")
+    p.add_argument("--trials", type=int, default=12, help="--replay: the budget (tune's default)")
+    p.add_argument("--table", type=Path, help="--replay: start as `tune` would with this table (its choice for the "
+                   "bucket first, its per-kind evidence pruning the start); default none, as on a GPU tuned afresh")
+    p.add_argument("--log", type=Path, help="--replay: append the rows as JSON lines here")
 
 
 def main(args) -> int:
+    if bool(args.record) == bool(args.replay):
+        raise SystemExit("python -m generator regret: give --record FILE (on a GPU) or --replay FILE")
+    if args.record:
+        return main_record(args)
+    landscape = Landscape.read(args.replay)
+    buckets = [parse_bucket(s) for s in args.bucket] or sorted(landscape.points)
+    rows = []
+    for bucket in buckets:
+        if bucket not in landscape.points:
+            raise SystemExit(f"--bucket {bucket.name}: {args.replay} holds none of its points")
+        for name in args.design or list(DESIGNS):
+            runs = replay(landscape, bucket, DESIGNS[name], range(args.repeats), args.trials,
+                          tables=[args.table] if args.table else [])
+            rows.append(summary(bucket, landscape, name, runs))
+            if args.log:
+                with open(args.log, "a") as f:
+                    f.write(json.dumps(rows[-1]) + "\n")
+    print(markdown(rows))
+    return 0
+
+
+def main_record(args) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("python -m generator regret: times variants on a GPU; none here.", file=__import__("sys").stderr)
+        print("python -m generator regret --record: times variants on a GPU; none here (--replay runs anywhere).",
+              file=__import__("sys").stderr)
         return 2
     from runtime.arch import arch_for_capability
     from runtime.build import build
@@ -126,17 +230,14 @@ def main(args) -> int:
 
     from .tune import GpuMeasurer
 
+    if not args.bucket:
+        raise SystemExit("--record: name the buckets (--bucket HxKxMxN[xQ])")
     arch = arch_for_capability(*device_identity(torch.cuda.current_device()).capability).name
-    results = []
-    for spec in args.bucket:
-        try:
-            bucket = Bucket(*(int(x) for x in spec.split("x")))
-        except (TypeError, ValueError):
-            raise SystemExit(f"--bucket {spec}: expected HEADSxTOPKxROWSxKEYS[xREQUESTS]") from None
-        results.append(regret(bucket, GpuMeasurer(), arch, args.sample, args.repeats, args.trials,
-                              build_fn=lambda vs: build(vs), log=lambda s: print(s, flush=True)))
-        if args.log:
-            with open(args.log, "a") as f:
-                f.write(json.dumps(results[-1].row()) + "\n")
-    print(markdown(results, args.trials))
+    measurer = GpuMeasurer()
+    for bucket in map(parse_bucket, args.bucket):
+        space = valid_variants(arch=arch, heads=bucket.heads, top_k=bucket.top_k)
+        chosen = space if args.sample <= 0 or args.sample >= len(space) else random.Random(0).sample(space, args.sample)
+        n = record(bucket, measurer, chosen, args.record, build_fn=lambda vs: build(vs),
+                   log=lambda s: print(s, flush=True))
+        print(f"[{bucket.name}] {n} points measured, {len(chosen)} in the landscape", flush=True)
     return 0

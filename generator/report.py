@@ -19,7 +19,7 @@ from pathlib import Path
 
 from runtime.table import load_table, table_meta
 
-from .search import SOURCES, describe_sources, total_sources, trial_sources
+from .design import SOURCES, describe_sources, total_sources
 from .workers import JOURNAL, storage_for
 
 SQLITE = "sqlite:///"
@@ -94,6 +94,7 @@ def stored_results(table: Path, storage) -> list:
 
     from runtime.variant import Variant
 
+    from .search import trial_sources
     from .study import Bucket, BucketResult, Comparison, counts, study_name
 
     meta = table_meta(table)

@@ -1,11 +1,11 @@
 """How a tuning study searches the variant space: an optuna sampler and an optuna pruner.
 
-KnownGoodSampler proposes, in order, the known-good points (the arch's starting points and the
-table's current choice), then the unmeasured one-axis neighbours of the best point measured so far,
-and after that hands each trial to a model-based sampler (TPE). It claims each point it proposes in
-the trial's system attributes, after every earlier trial has claimed its own, so workers sharing one
-storage (several GPUs, several hosts) never propose the same point twice. The tuner claims the
-model-based sampler's points the same way and skips one already taken.
+KnownGoodSampler carries out a design.Design: the known-good points first (the arch's starting
+points and the table's current choice), then up to a number of one-axis neighbours of the best point
+measured so far, then a model-based sampler. It claims each point it
+proposes in the trial's system attributes, after every earlier trial has claimed its own, so workers
+sharing one storage (several GPUs, several hosts) never propose the same point twice. The tuner
+claims the model-based sampler's points the same way and skips one already taken.
 
 SlowerThanBestPruner stops a candidate whose partial timings already make it hopeless: its running
 median is over `ratio` times the best complete trial's time.
@@ -23,10 +23,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from runtime.variant import Variant
 
+from .design import SOURCES
+
 CLAIM = "variant"  # a trial's system attribute: the name of the variant it measures
 SOURCE = "source"  # and where its point came from, one of SOURCES
-SOURCES = ("start", "table", "neighbour", "model")  # starting point, the table's choice, a one-axis
-# neighbour of the best measured so far, the model-based sampler
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 
 
@@ -55,13 +55,21 @@ def trial_sources(study: optuna.Study) -> dict[str, int]:
     return out
 
 
-def total_sources(results) -> dict[str, int]:
-    """The trial sources of several buckets' results (study.BucketResult.trial_sources) added up."""
-    return {s: sum((r.trial_sources or {}).get(s, 0) for r in results) for s in SOURCES}
+def kind_times(study: optuna.Study) -> dict[str, float]:
+    """The best median each kernel kind (space.kind_of) reached among the study's measured trials: a
+    complete trial's value, or the running median a trial the pruner stopped had reached (its kind
+    was at least that slow there)."""
+    from .space import kind_of
 
-
-def describe_sources(sources: dict[str, int]) -> str:
-    return ", ".join(f"{n} {s}" for s, n in sources.items() if n) or "none"
+    out: dict[str, float] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        name = t.user_attrs.get("variant")  # (every measured trial has it; older studies' trials no claim)
+        ms = t.value if t.state == TrialState.COMPLETE else (t.intermediate_values.get(t.last_step)
+                                                              if t.last_step is not None else None)
+        if name and ms is not None:
+            kind = kind_of(Variant.from_name(name))
+            out[kind] = round(min(out.get(kind, ms), ms), 4)
+    return out
 
 
 def reclaim_stale(study: optuna.Study, stale_after_s: float) -> list[str]:
@@ -100,13 +108,15 @@ def taken(study: optuna.Study, number: int, wait_s: float = 30.0) -> set[str]:
 
 class KnownGoodSampler(BaseSampler):
     """`known`: the known-good points in order; `sources` names where each came from ("start" or
-    "table", by variant name; "start" where unnamed)."""
+    "table", by variant name; "start" where unnamed); at most `max_neighbours` trials (None: no
+    limit) of one-axis neighbours, then `then` proposes."""
 
     def __init__(self, known: list[Variant], neighbours: Callable[[Variant], list[Variant]], then: BaseSampler,
-                 wait_s: float = 30.0, sources: dict[str, str] | None = None):
+                 wait_s: float = 30.0, sources: dict[str, str] | None = None, max_neighbours: int | None = None):
         self._known = list(dict.fromkeys(known))
         self._sources = sources or {}
         self._neighbours = neighbours
+        self._max_neighbours = max_neighbours
         self._then = then
         self._wait_s = wait_s
         self._proposed: dict[int, Variant] = {}  # trial id -> the point this sampler gave it
@@ -124,7 +134,7 @@ class KnownGoodSampler(BaseSampler):
         busy = taken(study, trial.number, self._wait_s)
         point = next((v for v in self._known if v.name not in busy), None)
         source = self._sources.get(point.name, "start") if point is not None else "neighbour"
-        if point is None:
+        if point is None and not self._neighbours_spent(study):
             done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if claim_of(t)]
             if done:
                 best = Variant.from_name(claim_of(min(done, key=lambda t: t.value)))
@@ -133,6 +143,13 @@ class KnownGoodSampler(BaseSampler):
             self._proposed[trial._trial_id] = point
             claim(study, trial, point.name)
             set_source(study, trial, source)
+
+    def _neighbours_spent(self, study: optuna.Study) -> bool:
+        if self._max_neighbours is None:
+            return False
+        proposed = sum(t.system_attrs.get(SOURCE) == "neighbour" and claim_of(t) is not None
+                       for t in study.get_trials(deepcopy=False))
+        return proposed >= self._max_neighbours
 
     def infer_relative_search_space(self, study, trial):
         return self._then.infer_relative_search_space(study, trial)

@@ -36,6 +36,15 @@ MAX_REGISTERS_PER_THREAD = 232  # 255 minus headroom: the estimate is coarse
 REGISTERS_PER_SM = 65_536
 
 
+KINDS = ("gated", "streaming", "mmasync")  # the kernel kinds a study searches over
+
+
+def kind_of(v: Variant) -> str:
+    """The kernel kind of `v`: the sampled gate (wgmma), the exact streaming top-k on wgmma, or on
+    mma.sync."""
+    return "mmasync" if v.mma == "mmasync" else "gated" if v.gated else "streaming"
+
+
 def rejection_reason(v: Variant) -> str | None:
     """Why the point `v` cannot be built or run, or None if it is valid. Checked before compiling."""
     for axis, allowed in AXES.items():
@@ -103,7 +112,7 @@ def valid_variants(**fixed) -> list[Variant]:
     return [v for v, reason in enumerate_space(**fixed) if reason is None]
 
 
-def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant]:
+def starting_points(heads: int, top_k: int, arch: str = "sm90a", skip_kinds=frozenset()) -> list[Variant]:
     """The points a tuning study measures before it searches: the arch's default (its fastest kind),
     shapes of that kind that won buckets where the default did not, then the other kinds' defaults.
     Such shapes so far (docs/experiment-log.md):
@@ -113,11 +122,13 @@ def starting_points(heads: int, top_k: int, arch: str = "sm90a") -> list[Variant
         it wins at 128K keys, not at 32K, where three selector warps cannot keep up with the scan:
         "2026-11-29: selector warps");
       * and with a selector warpgroup more (seven selector warps, for short blocks: "2026-11-30:
-        seven selector warps")."""
+        seven selector warps").
+    Points of `skip_kinds` are left out (tune.losing_kinds: kinds that lost by a wide margin), except
+    the arch's default, which a study always measures first."""
     first = default_variant(heads, top_k, arch)
     shapes = [replace(first, key_tile=256, warps=8, select_warps=s) for s in (0, 3, 7)] if first.gated else []
     points = [first, *shapes, *(d for d in default_variants(heads, top_k, arch) if d != first)]
-    return [v for v in points if rejection_reason(v) is None]
+    return [v for i, v in enumerate(points) if rejection_reason(v) is None and (i == 0 or kind_of(v) not in skip_kinds)]
 
 
 def neighbors(v: Variant, axes: tuple[str, ...]) -> list[Variant]:

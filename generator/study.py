@@ -58,7 +58,8 @@ class BucketResult:
     study: object = None  # the optuna study (for the report's plots)
     search_s: float = 0.0  # wall seconds of the search here (0: searched by workers, or not searched)
     settle_s: float = 0.0  # wall seconds of the settling (Measurer.compare)
-    trial_sources: dict | None = None  # measured trials by where their point came from (search.SOURCES)
+    trial_sources: dict | None = None  # measured trials by where their point came from (design.SOURCES)
+    kind_ms: dict | None = None  # the best median each kernel kind reached (search.kind_times)
 
     def entry(self, verified: str = "") -> Entry | None:
         if self.best is None or self.comparison is None:
@@ -66,7 +67,7 @@ class BucketResult:
         b, c = self.bucket, self.comparison
         return Entry(b.heads, b.top_k, b.rows, b.keys, self.best.name, round(c.fused_ms, 4), round(c.dense_ms, 4),
                      round(c.fused_spread, 4), round(c.dense_spread, 4), now(), code_digest(), self.trials, verified,
-                     b.requests, round(self.search_s + self.settle_s, 1), self.trial_sources)
+                     b.requests, round(self.search_s + self.settle_s, 1), self.trial_sources, self.kind_ms)
 
 
 def now() -> str:

@@ -45,6 +45,7 @@ from runtime.table import (
 from runtime.variant import Variant
 
 from .provenance import code_digest
+from .design import DEFAULT_DESIGN, Design
 from .space import AXES, enumerate_space, neighbors, rejection_reason, starting_points
 from .study import (
     Bucket,
@@ -106,22 +107,22 @@ def _tunable_choices(arch: str, heads: int, top_k: int) -> dict[str, tuple]:
 
 
 def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent: Variant | None = None,
-               gpu: str = "local"):
-    """The bucket's study, with the search's sampler and pruner (generator.search): the starting
-    points first (space.starting_points; the arch's default first of all, so that even a one-trial
-    study measures it), `incumbent` (the table's current choice) second, so that a re-tune with few
-    trials cannot end worse than the table it replaces."""
+               gpu: str = "local", design: Design = DEFAULT_DESIGN, skip_kinds=frozenset()):
+    """The bucket's study, with the search's sampler and pruner (generator.search) as `design` says:
+    the starting points first (space.starting_points, less those of `skip_kinds`; the arch's default
+    first of all, so that even a one-trial study measures it), `incumbent` (the table's current
+    choice) second, so that a re-tune with few trials cannot end worse than the table it replaces."""
     import optuna
 
     from .search import KnownGoodSampler, SlowerThanBestPruner
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    first, *others = starting_points(bucket.heads, bucket.top_k, arch)
+    first, *others = starting_points(bucket.heads, bucket.top_k, arch, skip_kinds)
     if incumbent is not None and incumbent != first and incumbent.arch == arch and rejection_reason(incumbent) is None:
         others = [incumbent, *(v for v in others if v != incumbent)]
     table = {incumbent.name: "table"} if incumbent is not None and incumbent in others else {}
-    sampler = KnownGoodSampler([first, *others], lambda v: neighbors(v, NEIGHBOR_AXES),
-                               optuna.samplers.TPESampler(seed=seed, n_startup_trials=8), sources=table)
+    sampler = KnownGoodSampler([first, *others] if design.known else [], lambda v: neighbors(v, NEIGHBOR_AXES),
+                               design.model_sampler(seed), sources=table, max_neighbours=design.neighbours)
     return optuna.create_study(study_name=study_name(arch, bucket, gpu), storage=storage, load_if_exists=True,
                                direction="minimize", sampler=sampler, pruner=SlowerThanBestPruner())
 
@@ -144,7 +145,7 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
 
     sampler = study.sampler  # a KnownGoodSampler (open_study)
     choices = tunable_choices(arch, bucket.heads, bucket.top_k)
-    asks_left = 20 * trials  # rejected points are pruned for free, up to a cap
+    asks_left = 100 * trials  # rejected points are pruned for free (a few ms each), up to a cap
     while asks_left > 0:
         for name in reclaim_stale(study, stale_after_s):
             log(f"[{bucket.name}] {name}: its trial was RUNNING for over {stale_after_s:.0f} s (a dead worker?): "
@@ -244,7 +245,8 @@ def fail(study, trial, reason: str, log, line: str) -> None:
 
 def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> BucketResult:
     """The study's best verified variant, timed against the dense path (Measurer.compare)."""
-    from .search import describe_sources, trial_sources
+    from .design import describe_sources
+    from .search import kind_times, trial_sources
 
     c = counts(study)
     sources = trial_sources(study)
@@ -259,14 +261,14 @@ def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> Bucke
         f"{comparison.dense_ms:.3f} ms (+-{comparison.dense_spread:.1%}), timed alike; its "
         f"{c['measured']} trials came from: {describe_sources(sources)}")
     return BucketResult(bucket, best, comparison, c["measured"], c["rejected"], c["failed"], c["pruned"], study,
-                        settle_s=time.monotonic() - start, trial_sources=sources)
+                        settle_s=time.monotonic() - start, trial_sources=sources, kind_ms=kind_times(study))
 
 
 def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
                 storage=None, build_fn=None, incumbent: Variant | None = None, gpu: str = "local",
-                log=print, progress=lambda: None) -> BucketResult:
+                log=print, progress=lambda: None, skip_kinds=frozenset()) -> BucketResult:
     """One bucket's study: search it (search_bucket), then settle it (settle_bucket)."""
-    study = open_study(bucket, arch, storage, seed, incumbent, gpu)
+    study = open_study(bucket, arch, storage, seed, incumbent, gpu, skip_kinds=skip_kinds)
     start = time.monotonic()
     search_bucket(study, bucket, measurer, arch, trials, batch, build_fn, log, progress)
     searched = time.monotonic() - start
@@ -284,6 +286,25 @@ def incumbent_tables(gpu: str, out_dir: Path) -> list[Path | None]:
     """Where a study looks for its bucket's incumbent (table_choice): the run's own table, then the
     one the runtime reads for this GPU (the user's, else the shipped one)."""
     return [table_path(gpu, out_dir), find_table(gpu)]
+
+
+LOSING_RATIO = 1.3  # a kind this much slower than the best in every bucket of a class is not started there
+
+
+def losing_kinds(bucket: Bucket, tables: list[Path | None]) -> frozenset[str]:
+    """The kernel kinds whose starting points a study of `bucket` skips: those that ran over
+    LOSING_RATIO x the best kind's time in every bucket of its class (the same heads, top-k and rows)
+    whose entry in the first of `tables` with such evidence (Entry.kind_ms) records it, with at least
+    two buckets of evidence. The model-based sampler may still propose them (a new winner can be
+    found); only the known-good start, measured in every study, is spared them (as Triton's
+    early_config_prune spares the configs that cannot win)."""
+    for path in tables:
+        evidence = [e.kind_ms for e in load_table(path) or [] if e.kind_ms and (e.heads, e.top_k, e.rows) ==
+                    (bucket.heads, bucket.top_k, bucket.rows)]
+        if len(evidence) >= 2:
+            kinds = set.intersection(*(set(ms) for ms in evidence))
+            return frozenset(k for k in kinds if all(ms[k] > LOSING_RATIO * min(ms.values()) for ms in evidence))
+    return frozenset()
 
 
 def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
@@ -312,7 +333,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             break
         incumbent = table_choice(bucket, tables)
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent,
-                        gpu=gpu, log=log, progress=progress)
+                        gpu=gpu, log=log, progress=progress, skip_kinds=losing_kinds(bucket, tables))
         results.append(r)
         record(path, gpu, arch, r, meta, log)
     return results
@@ -371,7 +392,7 @@ def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=Non
             log(f"[{bucket.name}] {e.variant}: WRONG ({err}); entry dropped")
             continue
         result = BucketResult(bucket, Variant.from_name(e.variant), c, e.trials, 0, 0, settle_s=time.monotonic() - start)
-        new = result.entry(VERIFIED)
+        new = replace(result.entry(VERIFIED), trial_sources=e.trial_sources, kind_ms=e.kind_ms)  # (not searched again)
         log(f"[{bucket.name}] {e.variant}: fused {e.fused_ms:.3f} -> {new.fused_ms:.3f} ms, dense {e.dense_ms:.3f} -> "
             f"{new.dense_ms:.3f} ms: {e.use} -> {new.use}")
         fresh.append(new)
@@ -614,7 +635,8 @@ def main(args) -> int:
     tables = incumbent_tables(gpu, out_dir)
 
     def study_of(bucket, storage):  # the bucket's study, the table's current choice its incumbent
-        return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, tables), gpu=gpu)
+        return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, tables), gpu=gpu,
+                          skip_kinds=losing_kinds(bucket, tables))
 
     if args.worker:  # search only: the process that started the workers settles and writes
         storage = storage_for(args.storage)
@@ -650,7 +672,7 @@ def main(args) -> int:
     if results:
         log(time_summary(results, table_meta(path).get("search_wall_s")))
     tuned = [r for r in results if r.best is not None]
-    from .search import describe_sources, total_sources
+    from .design import describe_sources, total_sources
 
     failed = sum(r.failed for r in results)
     log(f"\n{len(tuned)}/{len(buckets)} buckets tuned; their measured trials came from: "

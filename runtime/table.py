@@ -58,6 +58,10 @@ class Entry:
     # Its measured trials by where their points came from: {"start": n, "table": n, "neighbour": n,
     # "model": n} (the tuner's sampler, generator/search.py); None in entries written before it was kept.
     trial_sources: dict | None = field(default=None, hash=False, compare=False)
+    # The best median each kernel kind reached in the bucket's study, ms ({"gated": .., "streaming": ..,
+    # "mmasync": ..}; a trial the pruner stopped counts with its partial median): the evidence a later
+    # study's starting points are pruned by (generator.tune.losing_kinds). None where not kept.
+    kind_ms: dict | None = field(default=None, hash=False, compare=False)
 
     @property
     def longest_row(self) -> int:

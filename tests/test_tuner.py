@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.space import neighbors, rejection_reason, starting_points
+from generator.space import neighbors, rejection_reason, starting_points, valid_variants
 from generator.tune import (
     NEIGHBOR_AXES,
     TUNED_AXES,
@@ -168,15 +168,20 @@ def test_neighbors_differ_in_one_axis_and_are_valid():
     assert {w.select_warps for w in near if w.select_warps != v.select_warps} == {3, 7}
 
 
-def test_after_the_starting_points_a_study_walks_the_best_points_neighbors():
+def test_after_the_starting_points_a_study_walks_the_best_points_neighbors_then_the_model_proposes():
+    from generator.design import DEFAULT_DESIGN
+    from generator.search import trial_sources
+
     m = FakeMeasurer()
     bucket = Bucket(32, 2048, 16384, 524288)
     points = starting_points(32, 2048, "sm90a")
     best = min(points, key=lambda v: FakeMeasurer().time_of(v, bucket))
-    near = neighbors(best, NEIGHBOR_AXES)[:4]
-    assert near
-    tune_bucket(bucket, m, "sm90a", trials=len(points) + len(near), batch=4, log=lambda s: None)
-    assert m.fused_calls == [v.name for v in points] + [w.name for w in near]
+    near = neighbors(best, NEIGHBOR_AXES)[:DEFAULT_DESIGN.neighbours]
+    assert len(near) == DEFAULT_DESIGN.neighbours == 2
+    result = tune_bucket(bucket, m, "sm90a", trials=len(points) + len(near) + 4, batch=4, log=lambda s: None)
+    assert m.fused_calls[:len(points) + len(near)] == [v.name for v in points] + [w.name for w in near]
+    assert trial_sources(result.study) == {"start": len(points), "table": 0, "neighbour": 2, "model": 4}
+    assert len(set(m.fused_calls)) == len(m.fused_calls) == len(points) + 6  # (the model's points are new ones)
 
 
 def test_a_retune_measures_the_tables_choice_second(tmp_path):
@@ -463,17 +468,62 @@ def test_the_report_lists_every_bucket(tmp_path):
     assert text.count("| fused |") + text.count("| dense |") == 2
 
 
-def test_the_regret_of_the_default_budget_is_measured_against_a_sample_of_the_space():
-    from generator.regret import markdown, regret
+def test_a_landscape_records_each_point_once_and_a_second_run_goes_on_where_the_first_stopped(tmp_path):
+    from generator.regret import Landscape, record
+
+    bucket, path = Bucket(32, 2048, 16384, 524288), tmp_path / "landscape.jsonl"
+    space = [v for v in valid_variants(arch="sm90a", heads=32, top_k=2048)]
+    m = FakeMeasurer()
+    assert record(bucket, m, space[:40], path, log=lambda s: None) == 40
+    assert record(bucket, m, space[:60], path, log=lambda s: None) == 20  # (the first 40 are in the file)
+    assert len(m.fused_calls) == len(set(m.fused_calls)) == 60
+    points = Landscape.read(path).points[bucket]
+    wrong = [v.name for v in space[:60] if (v.stages, v.warps) == (2, 4)]
+    assert wrong and all(points[n] is None for n in wrong)  # a wrong point is recorded as such, never timed
+    assert all(points[v.name] == [m.time_of(v, bucket)] * 3 for v in space[:60] if v.name not in wrong)
+
+
+def test_searches_replayed_over_the_whole_space_find_its_best_and_say_where_their_trials_came_from(tmp_path):
+    from generator.regret import DESIGNS, Landscape, markdown, record, replay, summary
+
+    bucket, path = Bucket(32, 2048, 16384, 524288), tmp_path / "landscape.jsonl"
+    space = valid_variants(arch="sm90a", heads=32, top_k=2048)
+    record(bucket, FakeMeasurer(), space, path, log=lambda s: None)
+    landscape = Landscape.read(path)
+    best_name, best_ms = landscape.best(bucket)
+    assert best_ms == min(FakeMeasurer().time_of(v, bucket) for v in space if (v.stages, v.warps) != (2, 4))
+    rows = []
+    for name in ("default", "random", "tpe"):
+        runs = replay(landscape, bucket, DESIGNS[name], range(3), trials=12)
+        assert len(runs) == 3 and all(r.regret >= 0 and r.measured == 12 and r.unrecorded == 0 for r in runs)
+        assert all(landscape.median(bucket, r.pick) == pytest.approx(best_ms * (1 + r.regret)) for r in runs)
+        rows.append(summary(bucket, landscape, name, runs))
+    default, random_search, tpe = rows
+    assert default["sources"]["start"] > 0 and random_search["sources"] == {**random_search["sources"], "start": 0}
+    assert len(set(random_search["picks"])) > 1  # the seeds change what a run proposes
+    assert "h32_k2048_m16384_n524288" in markdown(rows) and "| random |" in markdown(rows)
+
+
+def test_a_replay_over_a_sample_of_the_space_counts_the_points_it_lacked(tmp_path):
+    from generator.regret import DESIGNS, Landscape, record, replay
+
+    bucket, path = Bucket(32, 2048, 16384, 524288), tmp_path / "landscape.jsonl"
+    record(bucket, FakeMeasurer(), valid_variants(arch="sm90a", heads=32, top_k=2048)[::5], path, log=lambda s: None)
+    runs = replay(Landscape.read(path), bucket, DESIGNS["random"], range(2), trials=12)
+    assert sum(r.unrecorded for r in runs) > 0  # a failed trial each, not a time
+
+
+def test_a_design_limits_the_neighbours_and_hands_the_rest_to_the_model():
+    from generator.design import Design
+    from generator.search import trial_sources
+    from generator.tune import open_study, search_bucket
 
     bucket = Bucket(32, 2048, 16384, 524288)
-    m = FakeMeasurer()
-    r = regret(bucket, m, "sm90a", sample=60, repeats=3, trials=12, log=lambda s: None)
-    assert len(m.fused_calls) == len(set(m.fused_calls)) == r.measured  # each variant measured once, then replayed
-    assert r.measured >= 60 and len(r.regrets) == 3 and min(r.regrets) >= 0
-    assert r.best_ms == min(m.time_of(Variant.from_name(n), bucket) for n in set(m.fused_calls)
-                            if (Variant.from_name(n).stages, Variant.from_name(n).warps) != (2, 4))
-    assert "h32_k2048_m16384_n524288" in markdown([r], 12)
+    study = open_study(bucket, "sm90a", design=Design(neighbours=2))
+    search_bucket(study, bucket, FakeMeasurer(), "sm90a", trials=14, log=lambda s: None)
+    sources = trial_sources(study)
+    known = len(starting_points(32, 2048))
+    assert sources == {"start": known, "table": 0, "neighbour": 2, "model": 14 - known - 2}
 
 
 def test_the_report_draws_its_plots_where_matplotlib_is(tmp_path):
@@ -604,3 +654,36 @@ def test_a_dead_workers_running_trial_is_reclaimed_and_its_point_measured():
     assert trials[0].state == TrialState.FAIL and "reclaimed" in trials[0].user_attrs and claim_of(trials[0]) is None
     assert first.name in m.fused_calls  # measured again, by a live trial
     assert counts(study)["measured"] == 3 and counts(study)["reclaimed"] == 1
+
+
+def test_a_kind_that_lost_every_bucket_of_a_class_by_a_wide_margin_is_not_started_there(tmp_path):
+    """tune.losing_kinds reads each entry's per-kind evidence (kind_ms): a kind over 1.3x the best in
+    every bucket of the class (heads, top-k, rows) with evidence, at least two of them, loses its
+    starting points; the arch's default is measured whatever the evidence."""
+    from generator.space import kind_of
+    from generator.tune import losing_kinds, record
+    from runtime.table import save_table
+
+    def entry(keys, **kind_ms):
+        return Entry(32, 2048, 4096, keys, "v", 1.0, 2.0, kind_ms=kind_ms)
+
+    path = tmp_path / "t.json"
+    save_table(path, "Fake", [entry(8192, gated=1.0, mmasync=1.5, streaming=1.2),
+                              entry(32768, gated=1.0, mmasync=4.0, streaming=2.0)], {})
+    bucket = Bucket(32, 2048, 4096, 16384)
+    assert losing_kinds(bucket, [None, path]) == {"mmasync"}  # (streaming won by under 1.3x once)
+    assert losing_kinds(Bucket(32, 2048, 16384, 16384), [path]) == set()  # another class: no evidence
+    save_table(path, "Fake", [entry(8192, gated=1.0, mmasync=1.5)], {})
+    assert losing_kinds(bucket, [path]) == set()  # one bucket is not evidence enough
+    points = starting_points(32, 2048, "sm90a", skip_kinds={"gated", "mmasync"})
+    assert points[0] == starting_points(32, 2048)[0] and kind_of(points[0]) == "gated"  # (the default stays)
+    assert {kind_of(v) for v in points[1:]} == {"streaming"}
+
+    # and a tuning run records the evidence its study gathered
+    result = tune_bucket(bucket, FakeMeasurer(), "sm90a", trials=8, log=lambda s: None)
+    record(tmp_path / "new.json", "Fake", "sm90a", result, None, log=lambda s: None)
+    (e,) = load_table(tmp_path / "new.json")
+    assert set(e.kind_ms) == {kind_of(Variant.from_name(t.user_attrs["variant"])) for t in result.study.trials
+                              if t.value is not None}
+    assert e.kind_ms["gated"] == pytest.approx(min(t.value for t in result.study.trials if t.value is not None
+                                                   and Variant.from_name(t.user_attrs["variant"]).gated), abs=1e-4)

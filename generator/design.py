@@ -1,0 +1,55 @@
+"""How a tuning study proposes its points (generator.search.KnownGoodSampler carries it out) and the
+names of where a trial's point came from, kept apart from optuna so that the commands that only
+build or read results (and a GPU machine without optuna) can name them without importing it."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+
+SOURCES = ("start", "table", "neighbour", "model")  # where a trial's point came from: a starting point,
+# the table's choice, a one-axis neighbour of the best measured so far, the model-based sampler
+
+
+@dataclass(frozen=True)
+class Design:
+    """known: start from the known-good points; neighbours: at most this many one-axis neighbours of
+    the best point after them (None: every one); model: who proposes the rest ("tpe": optuna's TPE,
+    modelling from `startup` finished trials on, over each axis alone or (multivariate) jointly;
+    "random": optuna's random sampler)."""
+
+    known: bool = True
+    neighbours: int | None = None
+    model: str = "tpe"
+    startup: int = 8
+    multivariate: bool = False
+
+    def model_sampler(self, seed: int):
+        import optuna
+
+        if self.model == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if self.model == "tpe":
+            with warnings.catch_warnings():  # (multivariate TPE is marked experimental)
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.startup,
+                                                  multivariate=self.multivariate)
+        raise ValueError(f"model {self.model!r}: expected 'tpe' or 'random'")
+
+
+# The tuner's design: the known-good points, two neighbours of the best of them, then multivariate TPE
+# modelling from the fourth finished trial on. Chosen by replaying designs over every point of two
+# buckets' spaces measured on the H200 (BENCHMARKS.md, "The tuner's search against the whole space"):
+# at 12 trials it lands where walking every neighbour did and gives the model a third of the trials
+# or more, where walking the neighbours gave it none.
+DEFAULT_DESIGN = Design(neighbours=2, startup=4, multivariate=True)
+
+
+def total_sources(results) -> dict[str, int]:
+    """The trial sources of several buckets' results (study.BucketResult.trial_sources) added up."""
+    return {s: sum((r.trial_sources or {}).get(s, 0) for r in results) for s in SOURCES}
+
+
+def describe_sources(sources: dict[str, int]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sources.items() if n) or "none"
