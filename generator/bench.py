@@ -4,8 +4,10 @@ Prints, for the GPU it runs on:
   * torch._scaled_mm fp8 throughput at 8192^3 (the ceiling every rate below is compared with), in a
     burst and sustained for --sustain seconds (a power-capped GPU clocks lower under sustained load);
   * per causal chunk shape: the logits kernel alone (all pieces; TFLOP/s over visible pairs), the
-    whole dense path (logits + our top-k), and any fused variants named, each verified on sampled rows;
-  * our top-k kernel against torch.topk on the same [rows, keys] fp32 logits, checked exact.
+    whole dense path (logits + our top-k), and any fused variants named, each verified on sampled rows,
+    then the dense path and the fused variants timed in turn (timing.interleaved_ms, as tune's settling
+    and the sweep time theirs: medians with their spreads);
+  * our top-k kernel against torch.topk on the same [rows, keys] fp32 logits, timed in turn, checked exact.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from runtime.table import load_table, nearest, table_for
 from runtime.variant import Variant
 
 from .timing import (
+    interleaved_ms,
     median_ms,
     scaled_mm_tflops,
     scoring_floor_ms,
@@ -106,8 +109,8 @@ def topk_versus_torch(rows: int, keys: int, top_k: int, heads: int = 32, variant
         lib.topk(logits.data_ptr(), keys, ks.data_ptr(), ke.data_ptr(), 0, rows, keys, out.data_ptr(), stream,
                  short_rows=False)
 
-    ours_ms = median_ms(ours, warmup=2, reps=20)
-    torch_ms = median_ms(lambda: torch.topk(logits, top_k, dim=1), warmup=2, reps=20)
+    timed = interleaved_ms({"ours": ours, "torch": lambda: torch.topk(logits, top_k, dim=1)}, warmup=2)
+    ours_ms, torch_ms = timed["ours"].ms, timed["torch"].ms
     ours()
     kth = torch.topk(logits, top_k, dim=1).values[:, -1:]
     chosen = logits.gather(1, out.long())
@@ -173,36 +176,41 @@ def main(args) -> int:
                 dense_out = dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget)
                 rep = verify_topk(dense_out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))
                 ok &= rep.ok
-                dense_ms = median_ms(lambda: dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget),
-                                     warmup=1, reps=5)
-                row = {"rows": rows, "keys": keys, "heads": heads, "top_k": top_k, "logits_ms": lg, "topk_ms": tk,
-                       "logits_tflops": scoring_tflops(pairs, heads, lg), "logits_vs_scaled_mm": scoring_tflops(pairs, heads, lg) / peak,
-                       "dense_ms": dense_ms, "dense_verified": rep.ok, "floor_ms": floor_ms,
-                       "sustained_floor_ms": sustained_floor_ms}
-                emit("dense", row, f"M={rows} N={keys} H={heads} k={top_k}: logits {lg:.2f} ms "
-                     f"({row['logits_tflops']:.0f} TFLOP/s, {row['logits_vs_scaled_mm']:.2f} of _scaled_mm), dense total "
-                     f"{dense_ms:.2f} ms [{rep.summary()}], fp8 floor {floor_ms:.2f} ms ({sustained_floor_ms:.2f} sustained)"
-                     + (f", top-k alone {tk:.2f} ms" if tk is not None else ""))
+                fused = []  # (variant, its verification, rescan stats): verified first, then timed with dense
                 for name in args.fused:
                     v = fused_variant(name, heads, top_k, rows, keys)
                     if (v.heads, v.top_k) != (heads, top_k):
                         continue
-                    name = v.name
                     stats: dict = {}
                     fused_out = launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k, stats=stats)
-                    rescans = (f", rescanned {stats['rescan_blocks']}/{-(-rows // v.rows)} blocks, {stats['split_blocks']} split"
-                               if stats else "")
                     frep = verify_topk(fused_out, *wl.args(), rows=range(0, rows, max(1, rows // 48)))
                     ok &= frep.ok
-                    fms = median_ms(lambda: launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke, top_k),
-                                    warmup=1, reps=5)
-                    emit("fused", {"variant": name, "rows": rows, "keys": keys, "heads": heads, "top_k": top_k,
+                    fused.append((v, frep, stats))
+                calls = {"dense": lambda: dense_mqa_topk(*wl.args(), validate=False, logits_budget_bytes=args.budget)}
+                for v, _, _ in fused:
+                    calls[v.name] = (lambda v=v: launch_variant(v, wl.q, wl.k_fp8, wl.k_scale, wl.weights, wl.ks, wl.ke,
+                                                                top_k))
+                timed = interleaved_ms(calls, max_seconds=20.0 * len(calls))  # (tune's and the sweep's method)
+                dense_ms = timed["dense"].ms
+                row = {"rows": rows, "keys": keys, "heads": heads, "top_k": top_k, "logits_ms": lg, "topk_ms": tk,
+                       "logits_tflops": scoring_tflops(pairs, heads, lg), "logits_vs_scaled_mm": scoring_tflops(pairs, heads, lg) / peak,
+                       "dense_ms": dense_ms, "dense_spread": timed["dense"].spread, "dense_verified": rep.ok,
+                       "floor_ms": floor_ms, "sustained_floor_ms": sustained_floor_ms}
+                emit("dense", row, f"M={rows} N={keys} H={heads} k={top_k}: logits {lg:.2f} ms "
+                     f"({row['logits_tflops']:.0f} TFLOP/s, {row['logits_vs_scaled_mm']:.2f} of _scaled_mm), dense total "
+                     f"{dense_ms:.2f} ms (+-{timed['dense'].spread:.1%}) [{rep.summary()}], fp8 floor {floor_ms:.2f} ms "
+                     f"({sustained_floor_ms:.2f} sustained)" + (f", top-k alone {tk:.2f} ms" if tk is not None else ""))
+                for v, frep, stats in fused:
+                    fms = timed[v.name].ms
+                    rescans = (f", rescanned {stats['rescan_blocks']}/{-(-rows // v.rows)} blocks, {stats['split_blocks']} split"
+                               if stats else "")
+                    emit("fused", {"variant": v.name, "rows": rows, "keys": keys, "heads": heads, "top_k": top_k,
                                    "rescan_blocks": stats.get("rescan_blocks"), "split_blocks": stats.get("split_blocks"),
-                                   "fused_ms": fms, "dense_ms": dense_ms, "speedup": dense_ms / fms,
-                                   "floor_fraction": floor_ms / fms, "sustained_floor_fraction": sustained_floor_ms / fms,
-                                   "verified": frep.ok},
-                         f"  fused {name}: {fms:.2f} ms = {dense_ms / fms:.2f}x dense, {floor_ms / fms:.2f} of the fp8 floor "
-                         f"({sustained_floor_ms / fms:.2f} of the sustained one) "
+                                   "fused_ms": fms, "fused_spread": timed[v.name].spread, "dense_ms": dense_ms,
+                                   "speedup": dense_ms / fms, "floor_fraction": floor_ms / fms,
+                                   "sustained_floor_fraction": sustained_floor_ms / fms, "verified": frep.ok},
+                         f"  fused {v.name}: {fms:.2f} ms (+-{timed[v.name].spread:.1%}) = {dense_ms / fms:.2f}x dense, "
+                         f"{floor_ms / fms:.2f} of the fp8 floor ({sustained_floor_ms / fms:.2f} of the sustained one) "
                          f"[{frep.summary()}{rescans}]")
     for spec in args.topk:
         rows, keys = (int(x) for x in spec.split("x"))

@@ -65,7 +65,11 @@ def spread(times: list[float]) -> float:
     return (q3 - q1) / 2 / statistics.median(times)
 
 
-def interleaved_ms(calls: dict[str, Callable[[], object]], warmup: int = 1, reps: int = 15, max_seconds: float = 20.0,
+COMPARE_REPS = 15  # rounds of a comparison (tune's settling, bench, the sweep): one run of each call a round
+
+
+def interleaved_ms(calls: dict[str, Callable[[], object]], warmup: int = 1, reps: int = COMPARE_REPS,
+                   max_seconds: float = 20.0,
                    hide_launch: bool = False, timer: Callable | None = None) -> dict[str, Timed]:
     """The calls timed alike, the way a comparison must be on a power-capped card: each warmed up, then
     one run of each in turn, `reps` rounds (fewer, at least 3, once the rounds pass max_seconds), so

@@ -457,12 +457,13 @@ class GpuMeasurer:
         for _ in range(reps):
             yield event_ms(call)
 
-    def compare(self, variant: Variant, bucket: Bucket, reps: int = 15) -> Comparison:
+    def compare(self, variant: Variant, bucket: Bucket, reps: int | None = None) -> Comparison:
         """Fused and dense alternately, `reps` each after a warm-up of both: the clock the power cap
         sets is the same for both sides (a fused run and a dense run taken minutes apart were not)."""
         from .timing import interleaved_ms
 
-        timed = interleaved_ms({"fused": self._verified(variant, bucket), "dense": self._dense(bucket)}, reps=reps)
+        timed = interleaved_ms({"fused": self._verified(variant, bucket), "dense": self._dense(bucket)},
+                               **({"reps": reps} if reps else {}))
         return Comparison(timed["fused"].ms, timed["fused"].spread, timed["dense"].ms, timed["dense"].spread)
 
 
