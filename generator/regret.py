@@ -70,10 +70,16 @@ class Landscape:
         return statistics.median(self.points[bucket][name])
 
 
+HOPELESS = 3.0  # a point whose first two timings are this many times the best so far is timed no more
+
+
 def record(bucket: Bucket, measurer, variants: list[Variant], path: Path, build_fn=None, log=print) -> int:
     """Measures each of `variants` the file does not yet hold for `bucket` once, appending a line each;
-    returns how many it measured."""
+    returns how many it measured. A point whose first two timings are over HOPELESS x the best median
+    recorded so far keeps those two: a study's pruner stops any trial over 1.5x its best after two
+    timings, so a replay asks for more only in a run whose best is over twice the space's."""
     held = Landscape.read(path).points.get(bucket, {})
+    best = min((statistics.median(t) for t in held.values() if t), default=float("inf"))
     todo = [v for v in variants if v.name not in held]
     text = path.read_text() if path.exists() else ""
     if text and not text.endswith("\n"):  # (a line cut short: dropped, its point is in todo)
@@ -83,7 +89,12 @@ def record(bucket: Bucket, measurer, variants: list[Variant], path: Path, build_
     for i, v in enumerate(todo):
         row = {"bucket": [bucket.heads, bucket.top_k, bucket.rows, bucket.keys, bucket.requests], "variant": v.name}
         try:
-            row["ms"] = list(measurer.fused_samples(v, bucket))
+            row["ms"] = []
+            for ms in measurer.fused_samples(v, bucket):
+                row["ms"].append(ms)
+                if len(row["ms"]) == 2 and statistics.median(row["ms"]) > HOPELESS * best:
+                    break
+            best = min(best, statistics.median(row["ms"]))
         except Exception as e:  # noqa: BLE001 -- wrong, or failed to build or run: this point's alone
             row["ms"], row["failed"] = None, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             if "CUDA error" in str(e):  # the context is lost for every later point: end, a new process goes on

@@ -483,6 +483,22 @@ def test_a_landscape_records_each_point_once_and_a_second_run_goes_on_where_the_
     assert all(points[v.name] == [m.time_of(v, bucket)] * 3 for v in space[:60] if v.name not in wrong)
 
 
+def test_a_recording_times_a_hopeless_point_twice_only(tmp_path):
+    from generator.regret import HOPELESS, Landscape, record
+
+    bucket, path = Bucket(32, 2048, 16384, 524288), tmp_path / "landscape.jsonl"
+
+    class Slow(FakeMeasurer):  # the second point is 10x the first
+        def time_of(self, v, bucket):
+            return 10.0 if v == space[1] else 1.0
+
+    space = [v for v in valid_variants(arch="sm90a", heads=32, top_k=2048) if (v.stages, v.warps) != (2, 4)][:3]
+    record(bucket, Slow(reps=7), space, path, log=lambda s: None)
+    points = Landscape.read(path).points[bucket]
+    assert 10.0 > HOPELESS and points[space[1].name] == [10.0, 10.0]
+    assert points[space[0].name] == points[space[2].name] == [1.0] * 7
+
+
 def test_searches_replayed_over_the_whole_space_find_its_best_and_say_where_their_trials_came_from(tmp_path):
     from generator.regret import DESIGNS, Landscape, markdown, record, replay, summary
 
