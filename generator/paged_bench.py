@@ -14,12 +14,11 @@ import sys
 
 import torch
 
+from runtime.dense import logits_bytes
 from runtime.loader import load
-from runtime.dense import DEFAULT_LOGITS_BUDGET
 from runtime.paged import (check_paged_inputs, decode_layout, explain_paged, gathered_paged_mqa_topk, paged_mqa_topk,
                            paged_variant_for, parts_for)
 from runtime.paged_variant import CACHE_BYTES_PER_KEY
-from runtime.scoring import window_pieces
 
 from .timing import geometric_mean, median_ms
 
@@ -139,10 +138,8 @@ def time_step(args, rate: float, gathered: bool = True, distribution: str = "pos
 def _call_bytes(path: str, variant, problem) -> int:
     """Device memory a call of `path` takes beyond its answer: the paged kernel's workspace, or the dense
     path's logits (a window of the block table's capacity for as many rows as fit its budget)."""
-    if path == "dense":
-        rows = problem.batch * problem.next_n
-        window, piece_rows = window_pieces(rows, problem.batch * problem.capacity, problem.capacity, DEFAULT_LOGITS_BUDGET)
-        return 4 * window * piece_rows
+    if path == "dense":  # (dense_paged_mqa_topk: the step's layout holds batch x capacity keys)
+        return logits_bytes(problem.batch * problem.next_n, problem.batch * problem.capacity, problem.capacity)
     if path == "paged kernel":
         return load(variant).workspace_bytes(problem.batch, parts_for(problem.batch, problem.capacity, problem.top_k,
                                                                       problem.device))

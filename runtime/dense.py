@@ -86,6 +86,13 @@ def run_dense_paged(variant: DenseVariant, q, kv_cache, weights, layout, top_k: 
                                     logits.data_ptr(), window, piece_rows, q.shape[0], layout.keys, stream))
 
 
+def logits_bytes(rows: int, keys: int, longest_row: int | None, budget: int = DEFAULT_LOGITS_BUDGET) -> int:
+    """The fp32 logits one call of our dense kernels allocates (_in_pieces): a window of the longest
+    row's keys for as many rows as fit the budget."""
+    window, piece_rows = window_pieces(rows, keys, longest_row, budget)
+    return 4 * piece_rows * window
+
+
 def _in_pieces(lib: DenseLibrary, q, top_k: int, keys: int, longest_row: int | None, budget: int,
                out: torch.Tensor | None, run) -> torch.Tensor:
     """The answer buffer and the pieces' logits for one library call, run(out, logits, window,
@@ -95,7 +102,8 @@ def _in_pieces(lib: DenseLibrary, q, top_k: int, keys: int, longest_row: int | N
     if rows == 0:
         return out
     window, piece_rows = window_pieces(rows, keys, longest_row, budget)
-    logits = allocate(4 * piece_rows * window, q.device, f"{lib.variant.name}'s logits", torch.float32)
+    logits = allocate(logits_bytes(rows, keys, longest_row, budget), q.device, f"{lib.variant.name}'s logits",
+                      torch.float32)
     context, stream = launch_on(q.device)
     with context:
         run(out, logits, window, piece_rows, stream)
