@@ -346,6 +346,12 @@ VERIFIED = ("two-sided verifier (generator.verify), strict (ascending, ties by i
 HISTORY = 20  # the runs a table's "history" keeps
 
 
+def note_in_history(table: dict, command: str, **what: str) -> None:
+    """Adds to a table file's data (json.loads of it) a history line for a change made to it by a tool
+    rather than a tuning run: the command, when, and what it did (e.g. restamped="...")."""
+    table["history"] = [*table.get("history", []), {"command": command, "started": now(), **what}][-HISTORY:]
+
+
 def table_fields(path: Path, arch: str, meta: dict | None) -> dict:
     """The header of the table at `path` as this run writes it: `meta` (the GPU, the software, the
     command and when the run started), and a history of the runs that wrote its entries (a table

@@ -14,7 +14,6 @@ unless two other buckets of it have some).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ def main() -> int:
 
     from generator.search import kind_times
     from generator.study import Bucket
+    from generator.tune import note_in_history
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--journal", type=Path, required=True, help="the run's optuna journal file")
@@ -50,12 +50,9 @@ def main() -> int:
         if name[1:] in evidence:
             e["kind_ms"] = evidence[name[1:]]
             filled += 1
-    data.setdefault("history", []).append({
-        "command": f"python tools/kind_evidence.py --journal {args.journal.name}",
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "kind_evidence": f"kind_ms of {filled} of {len(data['entries'])} entries from {len(evidence)} studies in "
-                         f"{args.journal.name}, measured for kernel code {', '.join(sorted(codes))}",
-    })
+    note_in_history(data, f"python tools/kind_evidence.py --journal {args.journal.name}",
+                    kind_evidence=f"kind_ms of {filled} of {len(data['entries'])} entries from {len(evidence)} studies "
+                                  f"in {args.journal.name}, measured for kernel code {', '.join(sorted(codes))}")
     args.table.write_text(json.dumps(data, indent=1) + "\n")
     print(f"{args.table}: kind_ms filled in {filled} of {len(data['entries'])} entries")
     return 0

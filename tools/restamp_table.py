@@ -21,7 +21,6 @@ same code as at BASE; else `python -m generator decode --tune` re-times it.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import re
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from generator.tune import note_in_history  # noqa: E402
 from runtime.build import BASE_NVCC_FLAGS, spec_from_name  # noqa: E402
 from runtime.kernel_code import code_digest  # noqa: E402
 from runtime.render import render  # noqa: E402
@@ -67,11 +67,9 @@ def restamp_decode(base_rev: str, path: Path) -> int:
         return 1
     old, new = data.get("code"), decode_code()
     data["code"] = new
-    data.setdefault("history", []).append({
-        "command": f"python tools/restamp_table.py --base {base_rev} --decode",
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "restamped": f"code {old} -> {new}: all {len(names)} variants render the same code as at {base_rev} "
-                     "(comments aside), same flags"})
+    note_in_history(data, f"python tools/restamp_table.py --base {base_rev} --decode",
+                    restamped=f"code {old} -> {new}: all {len(names)} variants render the same code as at {base_rev} "
+                              "(comments aside), same flags")
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(f"{path}: re-stamped {old} -> {new} ({len(names)} variants render the same code as at {base_rev})")
     return 0
@@ -97,11 +95,9 @@ def main() -> int:
     for e in data["entries"]:
         e["code"] = new
     data["code"] = new
-    data.setdefault("history", []).append({
-        "command": f"python tools/restamp_table.py --base {args.base}",
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "restamped": f"code {', '.join(sorted(c for c in old_codes if c))} -> {new}: all {len(names)} variants render "
-                     f"the same code as at {args.base} (comments aside), same flags"})
+    note_in_history(data, f"python tools/restamp_table.py --base {args.base}",
+                    restamped=f"code {', '.join(sorted(c for c in old_codes if c))} -> {new}: all {len(names)} variants "
+                              f"render the same code as at {args.base} (comments aside), same flags")
     args.table.write_text(json.dumps(data, indent=1) + "\n")
     print(f"{args.table}: {len(data['entries'])} entries re-stamped {sorted(c for c in old_codes if c)} -> {new} "
           f"({len(names)} variants render the same code as at {args.base})")
