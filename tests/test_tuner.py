@@ -703,3 +703,27 @@ def test_a_kind_that_lost_every_bucket_of_a_class_by_a_wide_margin_is_not_starte
                               if t.value is not None}
     assert e.kind_ms["gated"] == pytest.approx(min(t.value for t in result.study.trials if t.value is not None
                                                    and Variant.from_name(t.user_attrs["variant"]).gated), abs=1e-4)
+
+
+def test_a_tables_kind_evidence_is_filled_from_the_journal_of_the_run_that_wrote_it(tmp_path):
+    """tools/kind_evidence.py: each entry whose bucket's study the journal holds gets that study's
+    per-kind times (the same as a tuning run now records), with a line in the history; the others
+    stay without."""
+    from generator.search import kind_times
+    from generator.tune import record
+    from generator.workers import storage_for
+
+    journal = tmp_path / "tune-journal.log"
+    tuned, other = Bucket(32, 2048, 4096, 32768), Bucket(32, 2048, 16384, 131072)
+    result = tune_bucket(tuned, FakeMeasurer(), "sm90a", trials=8, storage=storage_for(f"journal:{journal}"),
+                         gpu="Fake", log=lambda s: None)
+    table = tmp_path / "Fake.json"
+    for r in (result, tune_bucket(other, FakeMeasurer(), "sm90a", trials=3, log=lambda s: None)):  # (the second in memory)
+        record(table, "Fake", "sm90a", replace(r, kind_ms=None), None, log=lambda s: None)
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "kind_evidence.py"), "--journal", str(journal),
+                           "--table", str(table)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    entries = {Bucket.of(e): e for e in load_table(table)}
+    assert entries[tuned].kind_ms == kind_times(result.study) and set(entries[tuned].kind_ms) >= {"gated"}
+    assert entries[other].kind_ms is None
+    assert "kind_ms of 1 of 2 entries" in json.loads(table.read_text())["history"][-1]["kind_evidence"]
