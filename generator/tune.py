@@ -1,8 +1,8 @@
 """`python -m generator tune`: per shape bucket, an optuna study over the variant space on this GPU.
 
 For each bucket (heads, top_k, rows, keys) the tuner
-  1. searches: optuna asks for variants (generator.search: the known-good points first, then the
-     best point's one-axis neighbours, then TPE), rejects invalid points with their reason, builds
+  1. searches: optuna asks for variants (generator.design and generator.search: the known-good
+     points first, then two of the best point's one-axis neighbours, then TPE), rejects invalid points with their reason, builds
      the rest in parallel, verifies each one's output against the reference before timing it (a
      wrong variant is a failed trial, never a time) and stops a hopeless one on its first timings
      (the pruner);
@@ -560,8 +560,8 @@ def add_arguments(p) -> None:
                    help="chunk rows x keys of a bucket [x requests packed in it] (repeatable); default: "
                         + " ".join("x".join(map(str, s)) for s in DEFAULT_SHAPES))
     p.add_argument("--trials", type=int, default=12,
-                   help="measured trials per bucket (default 12: the starting points, the table's choice and the "
-                        "best point's neighbours)")
+                   help="measured trials per bucket (default 12: the starting points, the table's choice, two "
+                        "neighbours of the best, then optuna's TPE)")
     p.add_argument("--time-budget", type=float, default=25.0, help="minutes; buckets left when it runs out are skipped")
     p.add_argument("--storage", help="optuna storage: an RDB URL (sqlite:///tune.db, postgresql://...) or journal:PATH "
                                      "(a journal file); studies resume from it, keyed by GPU identity and kernel code")
