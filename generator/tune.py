@@ -320,9 +320,10 @@ def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
 
 def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: int, out_dir: Path,
         time_budget_s: float | None = None, storage=None, build_fn=None, meta: dict | None = None,
-        log=print, progress=lambda: None) -> list[BucketResult]:
+        log=print, progress=lambda: None, every_kind: bool = False) -> list[BucketResult]:
     """Tunes each bucket in turn, rewriting the table after each; once the time budget is spent, the
-    buckets not yet started are skipped (the first always runs)."""
+    buckets not yet started are skipped (the first always runs). every_kind: start every kernel kind,
+    whatever the tables' evidence (losing_kinds)."""
     path = table_path(gpu, out_dir)
     tables = incumbent_tables(gpu, out_dir)
     results = []
@@ -333,7 +334,8 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             break
         incumbent = table_choice(bucket, tables)
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent,
-                        gpu=gpu, log=log, progress=progress, skip_kinds=losing_kinds(bucket, tables))
+                        gpu=gpu, log=log, progress=progress,
+                        skip_kinds=frozenset() if every_kind else losing_kinds(bucket, tables))
         results.append(r)
         record(path, gpu, arch, r, meta, log)
     return results
@@ -562,6 +564,9 @@ def add_arguments(p) -> None:
     p.add_argument("--trials", type=int, default=12,
                    help="measured trials per bucket (default 12: the starting points, the table's choice, two "
                         "neighbours of the best, then optuna's TPE)")
+    p.add_argument("--every-kind", action="store_true",
+                   help="start every kernel kind in every bucket, also those the table shows losing there by over "
+                        f"{LOSING_RATIO}x (a GPU unlike the one the table was measured on)")
     p.add_argument("--time-budget", type=float, default=25.0, help="minutes; buckets left when it runs out are skipped")
     p.add_argument("--storage", help="optuna storage: an RDB URL (sqlite:///tune.db, postgresql://...) or journal:PATH "
                                      "(a journal file); studies resume from it, keyed by GPU identity and kernel code")
@@ -643,7 +648,7 @@ def main(args) -> int:
 
     def study_of(bucket, storage):  # the bucket's study, the table's current choice its incumbent
         return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, tables), gpu=gpu,
-                          skip_kinds=losing_kinds(bucket, tables))
+                          skip_kinds=frozenset() if args.every_kind else losing_kinds(bucket, tables))
 
     if args.worker:  # search only: the process that started the workers settles and writes
         storage = storage_for(args.storage)
@@ -670,7 +675,7 @@ def main(args) -> int:
             f"budget {args.time_budget:.0f} min -> {path}")
         results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
                       storage=storage_for(args.storage), build_fn=lambda vs: build(vs), meta=meta, log=log,
-                      progress=progress)
+                      progress=progress, every_kind=args.every_kind)
     if bar is not None:
         bar.close()
     from .report import time_summary, write_report
