@@ -751,3 +751,19 @@ def test_a_kind_left_out_of_the_start_can_still_win_through_the_model():
     pruned = [winner(seed, frozenset({"streaming", "mmasync"})) for seed in range(5)]
     assert 1 <= pruned.count("streaming") < 5
     assert all(winner(seed, frozenset()) == "streaming" for seed in range(5))
+
+
+def test_with_the_shipped_table_the_model_proposes_a_third_of_the_default_trials_in_most_buckets():
+    from generator.search import trial_sources
+    from generator.tune import default_buckets, losing_kinds, table_choice
+
+    tables = [REPO / "tuned_configs" / "H200-132SM.json"]
+    buckets = default_buckets()[::8]  # (15 of the 120, every class of rows among them)
+    model = []
+    for bucket in buckets:
+        result = tune_bucket(bucket, FakeMeasurer(), "sm90a", trials=12, incumbent=table_choice(bucket, tables),
+                             skip_kinds=losing_kinds(bucket, tables), log=lambda s: None)
+        sources = trial_sources(result.study)
+        assert sum(sources.values()) == 12 and sources["neighbour"] == 2
+        model.append(sources["model"])
+    assert min(model) >= 3 and sum(m >= 4 for m in model) > len(buckets) / 2
