@@ -78,17 +78,20 @@ def record(bucket: Bucket, measurer, variants: list[Variant], path: Path, build_
     returns how many it measured. A point whose first two timings are over HOPELESS x the best median
     recorded so far keeps those two: a study's pruner stops any trial over 1.5x its best after two
     timings, so a replay asks for more only in a run whose best is over twice the space's."""
+    from .tune import build_failures
+
     held = Landscape.read(path).points.get(bucket, {})
     best = min((statistics.median(t) for t in held.values() if t), default=float("inf"))
     todo = [v for v in variants if v.name not in held]
     text = path.read_text() if path.exists() else ""
     if text and not text.endswith("\n"):  # (a line cut short: dropped, its point is in todo)
         path.write_text(text[:text.rfind("\n") + 1])
-    if build_fn and todo:
-        build_fn(todo)
+    unbuilt = build_failures(build_fn, todo) if build_fn and todo else {}  # (a point that does not build: failed)
     for i, v in enumerate(todo):
         row = {"bucket": [bucket.heads, bucket.top_k, bucket.rows, bucket.keys, bucket.requests], "variant": v.name}
         try:
+            if v in unbuilt:
+                raise RuntimeError(f"build: {unbuilt[v]}")
             row["ms"] = []
             for ms in measurer.fused_samples(v, bucket):
                 row["ms"].append(ms)

@@ -2,10 +2,10 @@
 
 KnownGoodSampler carries out a design.Design: the known-good points first (the arch's starting
 points and the table's current choice), then up to a number of one-axis neighbours of the best point
-measured so far, then a model-based sampler. It claims each point it
-proposes in the trial's system attributes, after every earlier trial has claimed its own, so workers
-sharing one storage (several GPUs, several hosts) never propose the same point twice. The tuner
-claims the model-based sampler's points the same way and skips one already taken.
+measured so far, then a model-based sampler. It claims each point it proposes in the trial's system
+attributes, after every earlier trial has claimed its own, so workers sharing one storage (several
+GPUs, several hosts) never propose the same point twice. The tuner claims the model-based sampler's
+points the same way and skips one already taken.
 
 SlowerThanBestPruner stops a candidate whose partial timings already make it hopeless: its running
 median is over `ratio` times the best complete trial's time.

@@ -767,3 +767,20 @@ def test_with_the_shipped_table_the_model_proposes_a_third_of_the_default_trials
         assert sum(sources.values()) == 12 and sources["neighbour"] == 2
         model.append(sources["model"])
     assert min(model) >= 3 and sum(m >= 4 for m in model) > len(buckets) / 2
+
+
+def test_a_point_that_does_not_build_is_recorded_as_failed_and_the_recording_goes_on(tmp_path):
+    from generator.regret import Landscape, record
+    from runtime.toolchain import BuildError
+
+    bucket, path = Bucket(32, 2048, 16384, 524288), tmp_path / "landscape.jsonl"
+    space = [v for v in valid_variants(arch="sm90a", heads=32, top_k=2048) if (v.stages, v.warps) != (2, 4)][:4]
+
+    def build_fn(variants):
+        if space[1] in variants:
+            raise BuildError("nvcc: ptxas fatal")
+
+    assert record(bucket, FakeMeasurer(), space, path, build_fn=build_fn, log=lambda s: None) == 4
+    points = Landscape.read(path).points[bucket]
+    assert points[space[1].name] is None and all(points[v.name] for v in space if v != space[1])
+    assert "ptxas fatal" in [json.loads(l) for l in path.read_text().splitlines()][1]["failed"]
