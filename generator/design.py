@@ -45,6 +45,18 @@ class Design:
 # or more, where walking the neighbours gave it none.
 DEFAULT_DESIGN = Design(neighbours=2, startup=4, multivariate=True)
 
+# The designs by name: `tune --design` takes the first two, `regret --replay --design` all of them.
+DESIGNS: dict[str, Design] = {
+    "default": DEFAULT_DESIGN,
+    # The known points, then every neighbour of the best (the default until 2026-12-04): at 12 trials
+    # the neighbours never run out and the model proposes nothing, but where the table's choice is the
+    # best known point every trial is of a library compiled before the search (tune.first_candidates),
+    # where the model's points are compiled as the search reaches them.
+    "neighbours": Design(),
+    "random": Design(known=False, neighbours=0, model="random"),  # pure random search
+    "tpe": Design(known=False, neighbours=0, startup=4, multivariate=True),  # pure TPE
+}
+
 
 def total_sources(results) -> dict[str, int]:
     """The trial sources of several buckets' results (study.BucketResult.trial_sources) added up."""

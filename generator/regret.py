@@ -22,20 +22,9 @@ from pathlib import Path
 
 from runtime.variant import Variant
 
-from .design import DEFAULT_DESIGN, Design
+from .design import DESIGNS, Design
 from .space import valid_variants
 from .study import Bucket, Comparison, VerificationError
-
-# The designs --replay compares with the default at the same budget (the default's own parameters:
-# generator.design.DEFAULT_DESIGN).
-DESIGNS: dict[str, Design] = {
-    "default": DEFAULT_DESIGN,
-    "neighbours": Design(),  # the known points, then every neighbour (the default until 2026-12-04: at 12
-    # trials the neighbours never run out and the model proposes nothing)
-    "random": Design(known=False, neighbours=0, model="random"),  # pure random search
-    "tpe": Design(known=False, neighbours=0, startup=4, multivariate=True),  # pure TPE
-}
-
 
 class NotRecorded(RuntimeError):
     """A point the landscape does not hold (it recorded a sample of the space)."""

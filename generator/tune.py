@@ -45,7 +45,7 @@ from runtime.table import (
 from runtime.variant import Variant
 
 from .provenance import code_digest
-from .design import DEFAULT_DESIGN, Design
+from .design import DEFAULT_DESIGN, DESIGNS, Design
 from .space import AXES, enumerate_space, neighbors, rejection_reason, starting_points
 from .study import (
     Bucket,
@@ -266,9 +266,9 @@ def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> Bucke
 
 def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
                 storage=None, build_fn=None, incumbent: Variant | None = None, gpu: str = "local",
-                log=print, progress=lambda: None, skip_kinds=frozenset()) -> BucketResult:
+                log=print, progress=lambda: None, skip_kinds=frozenset(), design: Design = DEFAULT_DESIGN) -> BucketResult:
     """One bucket's study: search it (search_bucket), then settle it (settle_bucket)."""
-    study = open_study(bucket, arch, storage, seed, incumbent, gpu, skip_kinds=skip_kinds)
+    study = open_study(bucket, arch, storage, seed, incumbent, gpu, design, skip_kinds)
     start = time.monotonic()
     search_bucket(study, bucket, measurer, arch, trials, batch, build_fn, log, progress)
     searched = time.monotonic() - start
@@ -320,7 +320,8 @@ def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
 
 def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: int, out_dir: Path,
         time_budget_s: float | None = None, storage=None, build_fn=None, meta: dict | None = None,
-        log=print, progress=lambda: None, every_kind: bool = False) -> list[BucketResult]:
+        log=print, progress=lambda: None, every_kind: bool = False, design: Design = DEFAULT_DESIGN
+        ) -> list[BucketResult]:
     """Tunes each bucket in turn, rewriting the table after each; once the time budget is spent, the
     buckets not yet started are skipped (the first always runs). every_kind: start every kernel kind,
     whatever the tables' evidence (losing_kinds)."""
@@ -335,7 +336,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
         incumbent = table_choice(bucket, tables)
         r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent,
                         gpu=gpu, log=log, progress=progress,
-                        skip_kinds=frozenset() if every_kind else losing_kinds(bucket, tables))
+                        skip_kinds=frozenset() if every_kind else losing_kinds(bucket, tables), design=design)
         results.append(r)
         record(path, gpu, arch, r, meta, log)
     return results
@@ -564,6 +565,10 @@ def add_arguments(p) -> None:
     p.add_argument("--trials", type=int, default=12,
                    help="measured trials per bucket (default 12: the starting points, the table's choice, two "
                         "neighbours of the best, then optuna's TPE)")
+    p.add_argument("--design", choices=("default", "neighbours"), default="default",
+                   help="how a study proposes (generator/design.py): default, the known points, two neighbours, then "
+                        "optuna's TPE, whose points are compiled as the search reaches them (3-5 a bucket); "
+                        "neighbours, every neighbour after the known points, which are mostly compiled up front")
     p.add_argument("--every-kind", action="store_true",
                    help="start every kernel kind in every bucket, also those the table shows losing there by over "
                         f"{LOSING_RATIO}x (a GPU unlike the one the table was measured on)")
@@ -648,7 +653,8 @@ def main(args) -> int:
 
     def study_of(bucket, storage):  # the bucket's study, the table's current choice its incumbent
         return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, tables), gpu=gpu,
-                          skip_kinds=frozenset() if args.every_kind else losing_kinds(bucket, tables))
+                          skip_kinds=frozenset() if args.every_kind else losing_kinds(bucket, tables),
+                          design=DESIGNS[args.design])
 
     if args.worker:  # search only: the process that started the workers settles and writes
         storage = storage_for(args.storage)
@@ -675,7 +681,7 @@ def main(args) -> int:
             f"budget {args.time_budget:.0f} min -> {path}")
         results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
                       storage=storage_for(args.storage), build_fn=lambda vs: build(vs), meta=meta, log=log,
-                      progress=progress, every_kind=args.every_kind)
+                      progress=progress, every_kind=args.every_kind, design=DESIGNS[args.design])
     if bar is not None:
         bar.close()
     from .report import time_summary, write_report
