@@ -68,14 +68,15 @@ def spread(times: list[float]) -> float:
 COMPARE_REPS = 15  # rounds of a comparison (tune's settling, bench, the sweep): one run of each call a round
 
 
-def interleaved_ms(calls: dict[str, Callable[[], object]], warmup: int = 1, reps: int = COMPARE_REPS,
+def interleaved_ms(calls: dict[str, Callable[[], object]], warmup: int = 1, reps: int | None = None,
                    max_seconds: float = 20.0,
                    hide_launch: bool = False, timer: Callable | None = None) -> dict[str, Timed]:
     """The calls timed alike, the way a comparison must be on a power-capped card: each warmed up, then
     one run of each in turn, `reps` rounds (fewer, at least 3, once the rounds pass max_seconds), so
     that every call sees the same clocks; per call its median and spread. The time of one run is
-    event_ms (the host's work inside, or the GPU's alone with hide_launch); `timer(fn)` replaces it."""
-    timer = timer or (lambda fn: event_ms(fn, hide_launch))
+    event_ms (the host's work inside, or the GPU's alone with hide_launch); `timer(fn)` replaces it.
+    reps: default COMPARE_REPS."""
+    timer, reps = timer or (lambda fn: event_ms(fn, hide_launch)), reps or COMPARE_REPS
     for fn in calls.values():
         for _ in range(warmup):
             fn()

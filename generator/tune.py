@@ -2,10 +2,10 @@
 
 For each bucket (heads, top_k, rows, keys) the tuner
   1. searches: optuna asks for variants (generator.design and generator.search: the known-good
-     points first, then two of the best point's one-axis neighbours, then TPE), rejects invalid points with their reason, builds
-     the rest in parallel, verifies each one's output against the reference before timing it (a
-     wrong variant is a failed trial, never a time) and stops a hopeless one on its first timings
-     (the pruner);
+     points first, then two of the best point's one-axis neighbours, then TPE), rejects invalid
+     points with their reason, builds the rest in parallel, verifies each one's output against the
+     reference before timing it (a wrong variant is a failed trial, never a time) and stops a
+     hopeless one on its first timings (the pruner);
   2. settles: times the best variant and the dense path alike, interleaved, and records both medians
      with their spreads in <GPU>.json (runtime.table.table_dir); fused is taken where it wins by more
      than the spreads together. Each entry says when, for which kernel code, after how many trials,
@@ -44,8 +44,8 @@ from runtime.table import (
 )
 from runtime.variant import Variant
 
-from .provenance import code_digest
 from .design import DEFAULT_DESIGN, DESIGNS, Design
+from .provenance import code_digest
 from .space import AXES, enumerate_space, neighbors, rejection_reason, starting_points
 from .study import (
     Bucket,
@@ -471,8 +471,7 @@ class GpuMeasurer:
         sets is the same for both sides (a fused run and a dense run taken minutes apart were not)."""
         from .timing import interleaved_ms
 
-        timed = interleaved_ms({"fused": self._verified(variant, bucket), "dense": self._dense(bucket)},
-                               **({"reps": reps} if reps else {}))
+        timed = interleaved_ms({"fused": self._verified(variant, bucket), "dense": self._dense(bucket)}, reps=reps)
         return Comparison(timed["fused"].ms, timed["fused"].spread, timed["dense"].ms, timed["dense"].spread)
 
 
