@@ -51,7 +51,7 @@ DESIGNS: dict[str, Design] = {
     # The known points, then every neighbour of the best (the default until 2026-12-04): at 12 trials
     # the neighbours never run out and the model proposes nothing, but where the table's choice is the
     # best known point every trial is of a library compiled before the search (tune.first_candidates),
-    # where the model's points are compiled as the search reaches them.
+    # where the model's points are compiled a wave of buckets at a time (tune.run).
     "neighbours": Design(),
     "random": Design(known=False, neighbours=0, model="random"),  # pure random search
     "tpe": Design(known=False, neighbours=0, startup=4, multivariate=True),  # pure TPE

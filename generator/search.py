@@ -131,18 +131,31 @@ class KnownGoodSampler(BaseSampler):
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self._then.before_trial(study, trial)
-        busy = taken(study, trial.number, self._wait_s)
-        point = next((v for v in self._known if v.name not in busy), None)
-        source = self._sources.get(point.name, "start") if point is not None else "neighbour"
-        if point is None and not self._neighbours_spent(study):
-            done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if claim_of(t)]
-            if done:
-                best = Variant.from_name(claim_of(min(done, key=lambda t: t.value)))
-                point = next((w for w in self._neighbours(best) if w.name not in busy), None)
-        if point is not None:
+        found = self._next_point(study, taken(study, trial.number, self._wait_s))
+        if found is not None:
+            point, source = found
             self._proposed[trial._trial_id] = point
             claim(study, trial, point.name)
             set_source(study, trial, source)
+
+    def models_next(self, study: optuna.Study) -> bool:
+        """Whether the next trial goes to the model: every known point is taken, and the neighbours
+        allowed are taken or spent (or nothing is complete to take neighbours of)."""
+        return self._next_point(study, {c for t in study.get_trials(deepcopy=False) if (c := claim_of(t))}) is None
+
+    def _next_point(self, study: optuna.Study, busy: set[str]) -> tuple[Variant, str] | None:
+        """The point this sampler gives the next trial and where it comes from, or None (the model's)."""
+        point = next((v for v in self._known if v.name not in busy), None)
+        if point is not None:
+            return point, self._sources.get(point.name, "start")
+        if self._neighbours_spent(study):
+            return None
+        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if claim_of(t)]
+        if not done:
+            return None
+        best = Variant.from_name(claim_of(min(done, key=lambda t: t.value)))
+        point = next((w for w in self._neighbours(best) if w.name not in busy), None)
+        return None if point is None else (point, "neighbour")
 
     def _neighbours_spent(self, study: optuna.Study) -> bool:
         if self._max_neighbours is None:

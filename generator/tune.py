@@ -131,77 +131,107 @@ STALE_TRIAL_S = 3600.0  # a trial RUNNING this long is taken as a dead worker's 
 
 
 def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8,
-                  build_fn=None, log=print, progress=lambda: None, stale_after_s: float = STALE_TRIAL_S) -> None:
+                  build_fn=None, log=print, progress=lambda: None, stale_after_s: float = STALE_TRIAL_S,
+                  until_model: bool = False) -> None:
     """Measures candidates until the study holds `trials` measured ones (counting those other workers
-    have running); `build_fn(variants)` compiles a batch before it is measured. A batch is asked at
-    once (its builds run in parallel) and ends after the last known-good point, so that the
-    neighbours asked next are those of the best known-good point. A candidate whose build fails, or
-    whose run fails or is wrong, becomes a failed trial with its reason (user attribute "failed") and
-    the search goes on; a trial left RUNNING over stale_after_s (a dead worker's) is reclaimed first."""
-    import optuna
-    from optuna.trial import TrialState as S
+    have running), or with until_model until the model's turn comes (run's first pass);
+    `build_fn(variants)` compiles a batch before it is measured. A batch is asked at once (its builds
+    run in parallel) and ends after the last known-good point, so that the neighbours asked next are
+    those of the best known-good point, and after the last neighbour, so that the model's first
+    proposals see them. A candidate whose build fails, or whose run fails or is wrong, becomes a
+    failed trial with its reason (user attribute "failed") and the search goes on; a trial left
+    RUNNING over stale_after_s (a dead worker's) is reclaimed first."""
+    from .search import reclaim_stale
 
-    from .search import claim, reclaim_stale, set_source, taken
-
-    sampler = study.sampler  # a KnownGoodSampler (open_study)
-    choices = tunable_choices(arch, bucket.heads, bucket.top_k)
     asks_left = 100 * trials  # rejected points are pruned for free (a few ms each), up to a cap
     while asks_left > 0:
         for name in reclaim_stale(study, stale_after_s):
             log(f"[{bucket.name}] {name}: its trial was RUNNING for over {stale_after_s:.0f} s (a dead worker?): "
                 f"reclaimed, the point is free again")
+        if until_model and study.sampler.models_next(study):
+            return
         c = counts(study)
         room = trials - c["measured"] - c["running"]
         if room <= 0:
             return
-        asked = []
-        for _ in range(min(batch, room, asks_left)):
-            trial = study.ask()
-            asks_left -= 1
-            v = Variant(arch=arch, heads=bucket.heads, top_k=bucket.top_k,
-                        **{a: trial.suggest_categorical(a, choices[a]) for a in TUNED_AXES})
-            trial.set_user_attr("variant", v.name)
-            reason = rejection_reason(v)
-            proposed = sampler.proposed(trial)
-            if reason:
-                trial.set_user_attr("rejected", reason)
+        asked, asks = ask_batch(study, bucket, arch, min(batch, room), asks_left, trials)
+        asks_left -= asks
+        unbuilt = build_failures(build_fn, sorted({v for _, v in asked})) if build_fn and asked else {}
+        measure_batch(study, bucket, measurer, asked, unbuilt, log, progress)
+
+
+def ask_batch(study, bucket: Bucket, arch: str, n: int, max_asks: int, trials: int) -> tuple[list, int]:
+    """Asks the study for up to `n` candidates in at most `max_asks` asks, and no more than bring it to
+    `trials` measured or running (workers sharing it ask at once): ([(trial, variant)] to measure,
+    asks made). An invalid point is pruned with its reason, a model point another trial took as a
+    duplicate (neither is measured, neither counts towards n); the batch ends after the last
+    known-good point and where the model's turn comes next."""
+    from optuna.trial import TrialState as S
+
+    from .search import claim, set_source, taken
+
+    sampler = study.sampler  # a KnownGoodSampler (open_study)
+    choices = tunable_choices(arch, bucket.heads, bucket.top_k)
+    asked, asks = [], 0
+    while len(asked) < n and asks < max_asks:
+        c = counts(study)
+        if c["measured"] + c["running"] >= trials:
+            break
+        trial = study.ask()
+        asks += 1
+        v = Variant(arch=arch, heads=bucket.heads, top_k=bucket.top_k,
+                    **{a: trial.suggest_categorical(a, choices[a]) for a in TUNED_AXES})
+        trial.set_user_attr("variant", v.name)
+        reason = rejection_reason(v)
+        proposed = sampler.proposed(trial)
+        if reason:
+            trial.set_user_attr("rejected", reason)
+            study.tell(trial, state=S.PRUNED)
+            continue
+        if proposed is None:  # the model-based sampler's point: claimed here, skipped if taken
+            if v.name in taken(study, trial.number):
+                trial.set_user_attr("duplicate", True)
                 study.tell(trial, state=S.PRUNED)
                 continue
-            if proposed is None:  # the model-based sampler's point: claimed here, skipped if taken
-                if v.name in taken(study, trial.number):
-                    trial.set_user_attr("duplicate", True)
-                    study.tell(trial, state=S.PRUNED)
-                    continue
-                claim(study, trial, v.name)
-                set_source(study, trial, "model")
-            asked.append((trial, v))
-            if sampler.is_last_known(proposed):
-                break
-        unbuilt = build_failures(build_fn, sorted({v for _, v in asked})) if build_fn and asked else {}
-        for trial, v in asked:
-            progress()  # (one measured candidate more, whatever becomes of it)
-            if v in unbuilt:
-                fail(study, trial, f"build: {unbuilt[v]}", log, f"[{bucket.name}] {v.name}: BUILD FAILED")
-                continue
-            times: list[float] = []
-            try:
-                for i, ms in enumerate(measurer.fused_samples(v, bucket)):
-                    times.append(ms)
-                    trial.report(statistics.median(times), i)
-                    if trial.should_prune():
-                        raise optuna.TrialPruned()
-            except VerificationError as e:
-                fail(study, trial, f"verification: {e}", log, f"[{bucket.name}] {v.name}: WRONG")
-                continue
-            except optuna.TrialPruned:
-                log(f"[{bucket.name}] {v.name}: stopped after {len(times)} timings ({statistics.median(times):.3f} ms)")
-                tell(study, trial, state=S.PRUNED)
-                continue
-            except Exception as e:  # noqa: BLE001 -- a launch error, an unavailable kernel: this candidate's alone
-                fail(study, trial, f"run: {type(e).__name__}: {e}", log, f"[{bucket.name}] {v.name}: FAILED")
-                continue
-            log(f"[{bucket.name}] {v.name}: {statistics.median(times):.3f} ms")
-            tell(study, trial, statistics.median(times))
+            claim(study, trial, v.name)
+            set_source(study, trial, "model")
+        asked.append((trial, v))
+        if sampler.is_last_known(proposed) or (proposed is not None and sampler.models_next(study)):
+            break
+    return asked, asks
+
+
+def measure_batch(study, bucket: Bucket, measurer: Measurer, asked: list, unbuilt: dict, log=print,
+                  progress=lambda: None) -> None:
+    """Measures each asked (trial, variant) and tells the study: its median, stopped by the pruner, or
+    failed with its reason (a build in `unbuilt`, a wrong answer, a failed run)."""
+    import optuna
+    from optuna.trial import TrialState as S
+
+    for trial, v in asked:
+        progress()  # (one measured candidate more, whatever becomes of it)
+        if v in unbuilt:
+            fail(study, trial, f"build: {unbuilt[v]}", log, f"[{bucket.name}] {v.name}: BUILD FAILED")
+            continue
+        times: list[float] = []
+        try:
+            for i, ms in enumerate(measurer.fused_samples(v, bucket)):
+                times.append(ms)
+                trial.report(statistics.median(times), i)
+                if trial.should_prune():
+                    raise optuna.TrialPruned()
+        except VerificationError as e:
+            fail(study, trial, f"verification: {e}", log, f"[{bucket.name}] {v.name}: WRONG")
+            continue
+        except optuna.TrialPruned:
+            log(f"[{bucket.name}] {v.name}: stopped after {len(times)} timings ({statistics.median(times):.3f} ms)")
+            tell(study, trial, state=S.PRUNED)
+            continue
+        except Exception as e:  # noqa: BLE001 -- a launch error, an unavailable kernel: this candidate's alone
+            fail(study, trial, f"run: {type(e).__name__}: {e}", log, f"[{bucket.name}] {v.name}: FAILED")
+            continue
+        log(f"[{bucket.name}] {v.name}: {statistics.median(times):.3f} ms")
+        tell(study, trial, statistics.median(times))
 
 
 def build_failures(build_fn, variants: list[Variant]) -> dict[Variant, str]:
@@ -318,27 +348,54 @@ def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
     return None
 
 
+WAVE = 16  # buckets searched together: their model proposals compile in one parallel build
+
+
 def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: int, out_dir: Path,
         time_budget_s: float | None = None, storage=None, build_fn=None, meta: dict | None = None,
         log=print, progress=lambda: None, every_kind: bool = False, design: Design = DEFAULT_DESIGN
         ) -> list[BucketResult]:
-    """Tunes each bucket in turn, rewriting the table after each; once the time budget is spent, the
-    buckets not yet started are skipped (the first always runs). every_kind: start every kernel kind,
-    whatever the tables' evidence (losing_kinds)."""
+    """Tunes the buckets in waves of WAVE, rewriting the table after each bucket; once the time budget
+    is spent, the buckets not yet started are skipped (the first wave always runs). A wave's buckets
+    are searched up to the model's turn first (their known points and neighbours, compiled before the
+    search: first_candidates), then the model's first proposals of all of them are compiled in one
+    parallel build (one nvcc round for the wave, not one a bucket), measured, and each bucket's search
+    finished and settled. every_kind: start every kernel kind, whatever the tables' evidence."""
     path = table_path(gpu, out_dir)
     tables = incumbent_tables(gpu, out_dir)
-    results = []
+    results: list[BucketResult] = []
     start = time.monotonic()
-    for bucket in buckets:
+    for first in range(0, len(buckets), WAVE):
         if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
             break
-        incumbent = table_choice(bucket, tables)
-        r = tune_bucket(bucket, measurer, arch, trials, storage=storage, build_fn=build_fn, incumbent=incumbent,
-                        gpu=gpu, log=log, progress=progress,
-                        skip_kinds=frozenset() if every_kind else losing_kinds(bucket, tables), design=design)
-        results.append(r)
-        record(path, gpu, arch, r, meta, log)
+        searched: list[tuple[Bucket, object, float]] = []  # (bucket, study, seconds of its search)
+        for bucket in buckets[first:first + WAVE]:
+            study = open_study(bucket, arch, storage, incumbent=table_choice(bucket, tables), gpu=gpu, design=design,
+                               skip_kinds=frozenset() if every_kind else losing_kinds(bucket, tables))
+            t = time.monotonic()
+            search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
+                          until_model=True)
+            searched.append((bucket, study, time.monotonic() - t))
+        batches = []
+        for bucket, study, _ in searched:
+            c = counts(study)
+            room = trials - c["measured"] - c["running"]
+            batches.append(ask_batch(study, bucket, arch, min(8, room), 100 * trials, trials)[0] if room > 0 else [])
+        t = time.monotonic()
+        variants = sorted({v for asked in batches for _, v in asked})
+        unbuilt = build_failures(build_fn, variants) if build_fn and variants else {}
+        if build_fn and variants:
+            log(f"the model's first proposals of {len(searched)} buckets: {len(variants)} variants compiled at once "
+                f"in {time.monotonic() - t:.0f} s where not in the cache")
+        for (bucket, study, search_s), asked in zip(searched, batches):
+            t = time.monotonic()
+            measure_batch(study, bucket, measurer, asked, unbuilt, log, progress)
+            search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress)
+            search_s += time.monotonic() - t
+            r = replace(settle_bucket(study, bucket, measurer, log), search_s=search_s)
+            results.append(r)
+            record(path, gpu, arch, r, meta, log)
     return results
 
 
@@ -566,8 +623,8 @@ def add_arguments(p) -> None:
                         "neighbours of the best, then optuna's TPE)")
     p.add_argument("--design", choices=("default", "neighbours"), default="default",
                    help="how a study proposes (generator/design.py): default, the known points, two neighbours, then "
-                        "optuna's TPE, whose points are compiled as the search reaches them (3-5 a bucket); "
-                        "neighbours, every neighbour after the known points, which are mostly compiled up front")
+                        "optuna's TPE (its points compiled a wave of 16 buckets at a time); neighbours, every "
+                        "neighbour after the known points (most of them compiled before the search)")
     p.add_argument("--every-kind", action="store_true",
                    help="start every kernel kind in every bucket, also those the table shows losing there by over "
                         f"{LOSING_RATIO}x (a GPU unlike the one the table was measured on)")

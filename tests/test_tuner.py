@@ -235,12 +235,40 @@ def test_prebuilt_candidates_cover_what_a_study_measures_first(tmp_path):
                                                      for v in starting_points(h, k, "sm90a")}
 
 
-def test_time_budget_stops_between_buckets(tmp_path):
-    buckets = [Bucket(32, 512, 4096, 32768), Bucket(64, 512, 4096, 32768)]
+def test_time_budget_stops_between_waves_of_buckets(tmp_path, monkeypatch):
+    import generator.tune as tune
+
+    buckets = [Bucket(32, 512, 4096, 32768), Bucket(64, 512, 4096, 32768), Bucket(32, 512, 512, 32768)]
+    monkeypatch.setattr(tune, "WAVE", 2)
     logs = []
     results = run(buckets, FakeMeasurer(), "Fake GPU", "sm90a", trials=3, out_dir=tmp_path, time_budget_s=0.0,
                   log=logs.append)
-    assert len(results) == 1 and any("budget" in s for s in logs)
+    assert [r.bucket for r in results] == buckets[:2] and any("budget" in s for s in logs)
+
+
+def test_a_waves_model_proposals_compile_in_one_build_after_every_bucket_reached_the_models_turn(tmp_path):
+    """run searches a wave's buckets up to the model's turn (what first_candidates compiled), then
+    compiles the model's first proposals of all of them at once: one nvcc round for the wave."""
+    from generator.search import trial_sources
+    from generator.tune import first_candidates
+
+    buckets = [Bucket(32, 2048, 4096, 32768), Bucket(32, 2048, 16384, 131072), Bucket(64, 2048, 16384, 131072)]
+    compiled = set(first_candidates(buckets, "sm90a", []))
+    calls = []
+
+    def build_fn(variants):
+        new = [v for v in variants if v not in compiled]
+        if new:
+            calls.append(new)
+        compiled.update(variants)
+
+    results = run(buckets, FakeMeasurer(), "Fake GPU", "sm90a", trials=12, out_dir=tmp_path, build_fn=build_fn,
+                  log=lambda s: None)
+    model = {Variant.from_name(t.user_attrs["variant"]) for r in results for t in r.study.trials
+             if t.system_attrs.get("source") == "model"}
+    assert all(trial_sources(r.study)["model"] == 4 for r in results)  # (12 - 6 starting points - 2 neighbours)
+    assert sum(1 for new in calls if model & set(new)) == 1  # one nvcc round for the three buckets' model points
+    assert all(r.search_s >= 0 and r.trials == 12 for r in results)
 
 
 def test_tune_compiles_first_what_each_study_measures_first(tmp_path):
