@@ -364,7 +364,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
     path = table_path(gpu, out_dir)
     tables = incumbent_tables(gpu, out_dir)
     results: list[BucketResult] = []
-    start = time.monotonic()
+    start, build_s = time.monotonic(), 0.0  # (the waves' shared builds: in the table's header, not in tune_s)
     for first in range(0, len(buckets), WAVE):
         if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
             log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
@@ -385,6 +385,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
         t = time.monotonic()
         variants = sorted({v for asked in batches for _, v in asked})
         unbuilt = build_failures(build_fn, variants) if build_fn and variants else {}
+        build_s += time.monotonic() - t
         if build_fn and variants:
             log(f"the model's first proposals of {len(searched)} buckets: {len(variants)} variants compiled at once "
                 f"in {time.monotonic() - t:.0f} s where not in the cache")
@@ -395,7 +396,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             search_s += time.monotonic() - t
             r = replace(settle_bucket(study, bucket, measurer, log), search_s=search_s)
             results.append(r)
-            record(path, gpu, arch, r, meta, log)
+            record(path, gpu, arch, r, {**(meta or {}), "wave_build_s": round(build_s, 1)}, log)
     return results
 
 

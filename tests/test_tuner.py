@@ -269,6 +269,9 @@ def test_a_waves_model_proposals_compile_in_one_build_after_every_bucket_reached
     assert all(trial_sources(r.study)["model"] == 4 for r in results)  # (12 - 6 starting points - 2 neighbours)
     assert sum(1 for new in calls if model & set(new)) == 1  # one nvcc round for the three buckets' model points
     assert all(r.search_s >= 0 and r.trials == 12 for r in results)
+    from runtime.table import table_meta, table_path
+
+    assert "wave_build_s" in table_meta(table_path("Fake GPU", tmp_path))  # (the shared builds, apart from tune_s)
 
 
 def test_tune_compiles_first_what_each_study_measures_first(tmp_path):
