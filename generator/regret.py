@@ -69,15 +69,16 @@ def record(bucket: Bucket, measurer, variants: list[Variant], path: Path, build_
     timings, so a replay asks for more only in a run whose best is over twice the space's."""
     from .tune import build_failures
 
+    text = path.read_text() if path.exists() else ""
+    if text and not text.endswith("\n"):  # (a line cut short: dropped, its point measured again)
+        path.write_text(text[:text.rfind("\n") + 1])
     held = Landscape.read(path).points.get(bucket, {})
     best = min((statistics.median(t) for t in held.values() if t), default=float("inf"))
     todo = [v for v in variants if v.name not in held]
-    text = path.read_text() if path.exists() else ""
-    if text and not text.endswith("\n"):  # (a line cut short: dropped, its point is in todo)
-        path.write_text(text[:text.rfind("\n") + 1])
     unbuilt = build_failures(build_fn, todo) if build_fn and todo else {}  # (a point that does not build: failed)
     for i, v in enumerate(todo):
         row = {"bucket": [bucket.heads, bucket.top_k, bucket.rows, bucket.keys, bucket.requests], "variant": v.name}
+        lost = None  # a CUDA error: the context is lost for every later point, so the process ends after this line
         try:
             if v in unbuilt:
                 raise RuntimeError(f"build: {unbuilt[v]}")
@@ -89,12 +90,11 @@ def record(bucket: Bucket, measurer, variants: list[Variant], path: Path, build_
             best = min(best, statistics.median(row["ms"]))
         except Exception as e:  # noqa: BLE001 -- wrong, or failed to build or run: this point's alone
             row["ms"], row["failed"] = None, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-            if "CUDA error" in str(e):  # the context is lost for every later point: end, a new process goes on
-                with open(path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                raise
+            lost = e if "CUDA error" in str(e) else None
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
+        if lost is not None:  # (a new process goes on where this one stopped)
+            raise lost
         if (i + 1) % 50 == 0:
             log(f"[{bucket.name}] {len(held) + i + 1}/{len(held) + len(todo)} recorded")
     return len(todo)

@@ -36,9 +36,6 @@ MAX_REGISTERS_PER_THREAD = 232  # 255 minus headroom: the estimate is coarse
 REGISTERS_PER_SM = 65_536
 
 
-KINDS = ("gated", "streaming", "mmasync")  # the kernel kinds a study searches over
-
-
 def kind_of(v: Variant) -> str:
     """The kernel kind of `v`: the sampled gate (wgmma), the exact streaming top-k on wgmma, or on
     mma.sync."""

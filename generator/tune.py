@@ -377,11 +377,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
                           until_model=True)
             searched.append((bucket, study, time.monotonic() - t))
-        batches = []
-        for bucket, study, _ in searched:
-            c = counts(study)
-            room = trials - c["measured"] - c["running"]
-            batches.append(ask_batch(study, bucket, arch, min(8, room), 100 * trials, trials)[0] if room > 0 else [])
+        batches = [ask_batch(study, bucket, arch, 8, 100 * trials, trials)[0] for bucket, study, _ in searched]
         t = time.monotonic()
         variants = sorted({v for asked in batches for _, v in asked})
         unbuilt = build_failures(build_fn, variants) if build_fn and variants else {}

@@ -41,14 +41,15 @@ def main() -> int:
     evidence, codes = {}, set()
     for summary in optuna.get_all_study_summaries(storage):
         times = kind_times(optuna.load_study(study_name=summary.study_name, storage=storage))
-        if times:  # (study names end in the bucket's name: generator.study.study_name)
-            evidence[summary.study_name.rsplit("_h", 1)[-1]] = times
-            codes.add(summary.study_name.split(f"_{data['arch']}_")[0].rsplit("_", 1)[-1])
+        if times:  # (a study's name: GPU_CODE_ARCH_BUCKET, generator.study.study_name)
+            prefix, bucket = summary.study_name.split(f"_{data['arch']}_", 1)
+            evidence[bucket] = times
+            codes.add(prefix.rsplit("_", 1)[-1])
     filled = 0
     for e in data["entries"]:
         name = Bucket(e["heads"], e["top_k"], e["rows"], e["keys"], e.get("requests", 1)).name
-        if name[1:] in evidence:
-            e["kind_ms"] = evidence[name[1:]]
+        if name in evidence:
+            e["kind_ms"] = evidence[name]
             filled += 1
     note_in_history(data, f"python tools/kind_evidence.py --journal {args.journal.name}",
                     kind_evidence=f"kind_ms of {filled} of {len(data['entries'])} entries from {len(evidence)} studies "
