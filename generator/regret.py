@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,7 +226,7 @@ def main_record(args) -> int:
 
     if not torch.cuda.is_available():
         print("python -m generator regret --record: times variants on a GPU; none here (--replay runs anywhere).",
-              file=__import__("sys").stderr)
+              file=sys.stderr)
         return 2
     from runtime.arch import arch_for_capability
     from runtime.build import build

@@ -128,9 +128,11 @@ def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent
 
 
 STALE_TRIAL_S = 3600.0  # a trial RUNNING this long is taken as a dead worker's (a batch's builds run inside it)
+BATCH = 8  # candidates asked (and built in parallel) at once
+ASKS_PER_TRIAL = 100  # a search's cap on asks a measured trial: rejected points are pruned for free (a few ms each)
 
 
-def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8,
+def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = BATCH,
                   build_fn=None, log=print, progress=lambda: None, stale_after_s: float = STALE_TRIAL_S,
                   until_model: bool = False) -> None:
     """Measures candidates until the study holds `trials` measured ones (counting those other workers
@@ -143,7 +145,7 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
     RUNNING over stale_after_s (a dead worker's) is reclaimed first."""
     from .search import reclaim_stale
 
-    asks_left = 100 * trials  # rejected points are pruned for free (a few ms each), up to a cap
+    asks_left = ASKS_PER_TRIAL * trials
     while asks_left > 0:
         for name in reclaim_stale(study, stale_after_s):
             log(f"[{bucket.name}] {name}: its trial was RUNNING for over {stale_after_s:.0f} s (a dead worker?): "
@@ -294,7 +296,7 @@ def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> Bucke
                         settle_s=time.monotonic() - start, trial_sources=sources, kind_ms=kind_times(study))
 
 
-def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = 8, seed: int = 0,
+def tune_bucket(bucket: Bucket, measurer: Measurer, arch: str, trials: int, batch: int = BATCH, seed: int = 0,
                 storage=None, build_fn=None, incumbent: Variant | None = None, gpu: str = "local",
                 log=print, progress=lambda: None, skip_kinds=frozenset(), design: Design = DEFAULT_DESIGN) -> BucketResult:
     """One bucket's study: search it (search_bucket), then settle it (settle_bucket)."""
@@ -377,7 +379,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
                           until_model=True)
             searched.append((bucket, study, time.monotonic() - t))
-        batches = [ask_batch(study, bucket, arch, 8, 100 * trials, trials)[0] for bucket, study, _ in searched]
+        batches = [ask_batch(study, bucket, arch, BATCH, ASKS_PER_TRIAL * trials, trials)[0] for bucket, study, _ in searched]
         t = time.monotonic()
         variants = sorted({v for asked in batches for _, v in asked})
         unbuilt = build_failures(build_fn, variants) if build_fn and variants else {}
