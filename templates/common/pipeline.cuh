@@ -1,26 +1,25 @@
-// The persistent, warp-specialised TMA + wgmma pipeline, written once for every Hopper kernel here (the
-// gated and the streaming fused kernels, the paged decode kernel, the dense logits kernel). A kernel is
-// a set of roles on it:
+// The persistent, warp-specialised TMA + wgmma pipeline's frame, written once for every Hopper kernel
+// here (the gated and the streaming fused kernels, the paged decode kernel, the dense logits kernel):
 //
-//   pipe::Shape   the CTA: kMathWarps math warps (4 a warpgroup) and kOtherWGs more warpgroups (the
-//                 first holds the producer warp), the register split setmaxnreg makes, the tiles' bytes;
-//   pipe::Layout  shared memory from a 1024-byte aligned base: the Q ring, the K ring, the scale ring,
-//                 the kernel's own region, its state, then the barriers (the rings' full/empty pairs,
-//                 then the kernel's own). kSmemBytes is what a library exports (its *_smem_bytes);
-//   pipe::Ring    one CTA's view of it: the stage addresses and barriers, the producer's key loads;
-//   pipe::run     the start every kernel shares: the rings' barriers initialised (with the kernel's
-//                 own), the kernel's state set, then the threads past the math warpgroups give
-//                 registers up and run the kernel's other roles (thread kMathThreads is the producer),
-//                 the math warpgroups take them and run its math role.
+//   pipe::Shape        the CTA: kMathWarps math warps (4 a warpgroup) and kOtherWGs more warpgroups (the
+//                      first holds the producer warp), the register split setmaxnreg makes, the tiles' bytes;
+//   pipe::Layout       shared memory from a 1024-byte aligned base: the Q ring, the K ring, the scale ring,
+//                      the kernel's own region, its state, then the barriers (the rings' full/empty pairs,
+//                      then the kernel's own). kSmemBytes is what a library exports (its *_smem_bytes);
+//   pipe::other_roles  the role split after the CTA's barrier (setmaxnreg down for the producer's
+//                      warpgroup and any other, up for the math warpgroups);
+//   pipe_host::setup   the host's once-per-device setup of a persistent kernel.
 //
-// Host side (pipe_host): the once-per-device setup and a persistent launch.
+// A kernel names its Shape and Layout, forms its barrier pointers from Layout::kBarrierOffset in the
+// rings' order (full_q, empty_q, full_kv, empty_kv, then its own), and runs its roles: which work the
+// producer claims and loads, what the math warpgroups make of a tile's products, and any role of its
+// own (the gated kernel's selector warps).
 //
-// The roles stay the kernel's: which work the producer claims and loads, what the math warpgroups make
-// of a tile's products, and any role of its own (the gated kernel's selector warps).
-//
-// Written so that a kernel on it compiles to the machine code it had written out by hand
-// (tools/compare_sass.py: SAME): every address is formed from the aligned base as before (`base +
-// offset + stage * bytes`), and nothing here runs in an order of its own.
+// Every kernel on it compiles to the machine code it had when written out by hand (tools/compare_sass.py:
+// SAME). That rules some forms out: the barrier pointers read from a struct (a "ring" object) or
+// through accessor functions, and the roles passed to a common run() as lambdas, each changed how nvcc
+// numbered and folded values, and ptxas scheduled whole kernels differently (experiment log,
+// "2026-12-04: one skeleton, instruction for instruction").
 #pragma once
 
 namespace pipe {
@@ -77,28 +76,6 @@ struct Layout {
                                                          const CUtensorMap* k_map, const CUtensorMap* scale_map, int first_key) {
         sm90::load_key_tile(full_kv, empty_kv, stage, use, k_tile(smem, stage), scale_tile(smem, stage), k_map, scale_map,
                             first_key, S::kKeyTile);
-    }
-};
-
-// A CTA's view of the layout: the aligned base and the rings' barriers (the kernel's own follow them).
-// Kernels copy these into locals at their start and use those: reading them through the struct in the
-// roles (or through accessor functions) made nvcc number and fold things differently, enough to change
-// the machine code (experiment log, "2026-12-04: one skeleton, instruction for instruction").
-template <class S, class L>
-struct Ring {
-    uint8_t* smem;  // the 1024-byte aligned base
-    uint64_t* full_q;
-    uint64_t* empty_q;
-    uint64_t* full_kv;
-    uint64_t* empty_kv;
-    uint64_t* own;  // the kernel's barriers
-
-    __device__ __forceinline__ explicit Ring(uint8_t* smem_raw) : smem(sm90::aligned_shared_base(smem_raw)) {
-        full_q = reinterpret_cast<uint64_t*>(smem + L::kBarrierOffset);
-        empty_q = full_q + S::kQStages;
-        full_kv = empty_q + S::kQStages;
-        empty_kv = full_kv + S::kStages;
-        own = empty_kv + S::kStages;
     }
 };
 
