@@ -66,8 +66,12 @@ def test_rendered_source_is_self_contained_and_names_its_parameters(mma, gated, 
     assert "#include \"common/" not in src  # shared headers pasted in
     assert instruction in src
     buffer = f"kCapacity = {v.buffer};" if gated else f"kBuffer = {v.buffer};"
-    for line in (f"kHeads = {v.heads};", f"kTopK = {v.top_k};", f"kRows = {v.rows};", f"kKeyTile = {v.key_tile};",
-                 f"Warps = {v.warps};", f"kStages = {v.stages};", buffer):
+    if mma == "wgmma":  # the CTA's shape on the pipeline's frame (common/pipeline.cuh)
+        shape = (f"pipe::Shape<{v.rows}, {v.heads}, {v.key_tile}, {v.warps}, {v.stages}",)
+    else:
+        shape = (f"kHeads = {v.heads};", f"kRows = {v.rows};", f"kKeyTile = {v.key_tile};", f"Warps = {v.warps};",
+                 f"kStages = {v.stages};")
+    for line in (*shape, f"kTopK = {v.top_k};", buffer):
         assert line in src
     if gated:  # the exact rescan kernel is compiled in with it
         assert f"kSampleTiles = {v.sample_tiles};" in src and v.rescan_variant.name in src

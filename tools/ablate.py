@@ -52,8 +52,8 @@ DENSE_ABLATIONS = {
                  r"if (k == 7) \1")],
                "the tensor-core products"),
     "no_relu": NO_RELU,
-    "one_key_tile": ([(r"smem \+ kScaleRingOffset \+ s \* kScaleTileBytes, &k_map, &scale_map, tile, kKeyTile\);",
-                       "smem + kScaleRingOffset + s * kScaleTileBytes, &k_map, &scale_map, range.lo, kKeyTile);")],
+    "one_key_tile": ([(r"smem \+ Layout::kScaleRingOffset \+ s \* kScaleTileBytes, &k_map, &scale_map, tile, kKeyTile\);",
+                       "smem + Layout::kScaleRingOffset + s * kScaleTileBytes, &k_map, &scale_map, range.lo, kKeyTile);")],
                      "streaming K from L2 / HBM (every tile of a unit reloads its first)"),
 }
 NO_SCAN_APPENDS = ([(r"!\(score\[m\] < own_gate\[i\]\);", "!(score[m] < own_gate[i]) && own_gate[i] != own_gate[i];"),  # NaN: no gate yet (the sample)
