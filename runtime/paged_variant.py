@@ -71,8 +71,13 @@ class PagedVariant:
     def max_smem(self) -> int:
         return ARCHS[self.arch].max_smem_per_block
 
+    @property
+    def math_registers(self) -> int:
+        """Registers a math thread gets after setmaxnreg (the template's Shape::kMathRegisters)."""
+        return wgmma_math_registers(self.threads, 32 * self.warps)
+
     def smem_bytes(self) -> int:
-        """The template's kSmemBytes (it asserts that it fits the arch: a wrong sum here fails the build)."""
+        """The template's kSmemBytes (pipeline::SpaceAgrees: a wrong sum here fails the build)."""
         q_ring = 2 * self.rows * self.heads * DIM
         k_ring = self.stages * self.key_tile * CACHE_BYTES_PER_KEY
         candidates = self.next_n * self.buffer * 8
@@ -102,7 +107,7 @@ class PagedVariant:
         if self.smem_bytes() > self.max_smem:
             return f"{self.smem_bytes()} bytes of shared memory, over {self.max_smem}"
         # one group's 32 accumulators, every column's weights, the rest (the template's kGroups)
-        if 32 + self.rows * self.heads // 4 + 40 > wgmma_math_registers(self.threads, 32 * self.warps):
+        if 32 + self.rows * self.heads // 4 + 40 > self.math_registers:
             return "more registers than setmaxnreg can give the math warps"
         return None
 

@@ -111,7 +111,7 @@ class Variant:
         return 32 * self.warps
 
     def smem_bytes(self) -> int:
-        """Dynamic shared memory the kernel asks for; the template's kSmemBytes computes the same."""
+        """Dynamic shared memory the kernel asks for: the template's kSmemBytes (asserted equal: a wrong sum fails the build)."""
         candidates = 0 if self.gated else 2 * self.rows * self.buffer * 4
         select_scratch = RADIX_SCRATCH_BYTES * (self.rows if self.gated else 1)
         if self.gated:  # + sel::BinnedScratch: distance histogram, nine ints and 512 gathered (code, key) a row

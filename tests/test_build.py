@@ -67,7 +67,7 @@ def test_rendered_source_is_self_contained_and_names_its_parameters(mma, gated, 
     assert instruction in src
     buffer = f"kCapacity = {v.buffer};" if gated else f"kBuffer = {v.buffer};"
     if mma == "wgmma":  # the CTA's shape on the pipeline's frame (common/pipeline.cuh)
-        shape = (f"pipe::Shape<{v.rows}, {v.heads}, {v.key_tile}, {v.warps}, {v.stages}",)
+        shape = (f"pipeline::Shape<{v.rows}, {v.heads}, {v.key_tile}, {v.warps}, {v.stages}",)
     else:
         shape = (f"kHeads = {v.heads};", f"kRows = {v.rows};", f"kKeyTile = {v.key_tile};", f"Warps = {v.warps};",
                  f"kStages = {v.stages};")

@@ -1,14 +1,21 @@
 // The persistent, warp-specialised TMA + wgmma pipeline's frame, written once for every Hopper kernel
 // here (the gated and the streaming fused kernels, the paged decode kernel, the dense logits kernel):
 //
-//   pipe::Shape        the CTA: kMathWarps math warps (4 a warpgroup) and kOtherWGs more warpgroups (the
-//                      first holds the producer warp), the register split setmaxnreg makes, the tiles' bytes;
-//   pipe::Layout       shared memory from a 1024-byte aligned base: the Q ring, the K ring, the scale ring,
-//                      the kernel's own region, its state, then the barriers (the rings' full/empty pairs,
-//                      then the kernel's own). kSmemBytes is what a library exports (its *_smem_bytes);
-//   pipe::other_roles  the role split after the CTA's barrier (setmaxnreg down for the producer's
-//                      warpgroup and any other, up for the math warpgroups);
-//   pipe_host::setup   the host's once-per-device setup of a persistent kernel.
+//   pipeline::Shape        the CTA: kMathWarps math warps (4 a warpgroup) and kOtherWGs more warpgroups
+//                          (the first holds the producer warp), the register split setmaxnreg makes, the
+//                          tiles' bytes;
+//   pipeline::Layout       shared memory from a 1024-byte aligned base: the Q ring, the K ring, the scale
+//                          ring, the kernel's own region, its state, then the barriers (the rings'
+//                          full/empty pairs, then the kernel's own). kSmemBytes is what a library exports
+//                          (its *_smem_bytes);
+//   pipeline::other_roles  the role split after the CTA's barrier (setmaxnreg down for the producer's
+//                          warpgroup and any other, up for the math warpgroups);
+//   pipeline::SpaceAgrees  the variant space's figures for the kernel's shared memory and its math warps'
+//                          registers (runtime/*variant.py, rendered into the kernel) checked against
+//                          Layout's and Shape's: a sum that drifts fails the build;
+//   pipeline_host::setup   the host's once-per-device setup of a persistent kernel.
+//
+// (Not `pipe`: <unistd.h>'s pipe() is in the global namespace of every host compilation.)
 //
 // A kernel names its Shape and Layout, forms its barrier pointers from Layout::kBarrierOffset in the
 // rings' order (full_q, empty_q, full_kv, empty_kv, then its own), and runs its roles: which work the
@@ -22,7 +29,7 @@
 // "2026-12-04: one skeleton, instruction for instruction").
 #pragma once
 
-namespace pipe {
+namespace pipeline {
 
 template <int kRows_, int kHeads_, int kKeyTile_, int kMathWarps_, int kStages_, int kOtherWGs_ = 1,
           int kProducerMin = sm90::kMinProducerRegisters, int kQStages_ = 2>
@@ -79,6 +86,17 @@ struct Layout {
     }
 };
 
+// Python decides which points of the variant space fit (shared memory, registers) before anything is
+// compiled, so it keeps its own sums of the same layout; a kernel renders them into
+// `static_assert(pipeline::SpaceAgrees<Shape, Layout, smem, registers>::value)`, and a point the space would
+// admit or reject by a wrong figure does not build.
+template <class S, class L, int kSpaceSmemBytes, int kSpaceMathRegisters>
+struct SpaceAgrees {
+    static_assert(L::kSmemBytes == kSpaceSmemBytes, "the variant space's shared-memory sum differs from pipeline::Layout's");
+    static_assert(S::kMathRegisters == kSpaceMathRegisters, "the variant space's register split differs from pipeline::Shape's");
+    static constexpr bool value = true;
+};
+
 // The role split, after the CTA's barrier: the threads past the math warpgroups lower their registers
 // to kProducerRegisters and return true (they run the kernel's other roles; thread kMathThreads is the
 // producer), the math warpgroups raise theirs to kMathRegisters and return false.
@@ -92,9 +110,9 @@ __device__ __forceinline__ bool other_roles() {
     return false;
 }
 
-}  // namespace pipe
+}  // namespace pipeline
 
-namespace pipe_host {
+namespace pipeline_host {
 
 // Once per device: the kernel's shared memory opted into and its registers checked
 // (sm90_host::setup_persistent); *sms receives the SM count.
@@ -103,4 +121,4 @@ inline cudaError_t setup(Kernel kernel, int (&sms_by_device)[64], int* sms) {
     return sm90_host::setup_persistent(kernel, L::kSmemBytes, S::kLaunchRegisters, sms_by_device, sms);
 }
 
-}  // namespace pipe_host
+}  // namespace pipeline_host
