@@ -68,8 +68,8 @@ def shown_unchanged(base_rev: str, names: list[str], remedy: str, sass_jobs: int
                 print(text, flush=True)
             differ = [n for n, (_, same) in zip(differ, results) if not same]
             if not differ:
-                return (f"all {len(names)} variants render the same code as at {base_rev} (comments aside) or, "
-                        f"{len(results)} of them, compile to the same SASS; same flags")
+                return (f"of {len(names)} variants, {len(names) - len(results)} render the same code as at {base_rev} "
+                        f"(comments aside) and {len(results)} compile to the same SASS (every kernel); same flags")
     if differ:
         print(f"refused: {len(differ)} of {len(names)} variants {'compile to other SASS' if sass_jobs else 'render other code'}"
               f" than at {base_rev} ({differ[:5]}{'...' if len(differ) > 5 else ''}). Re-time with {remedy}"
