@@ -17,7 +17,10 @@ same code as at BASE; else `python -m generator decode --tune` re-times it.
 --sass accepts more: a variant whose rendered code differs is compiled on both sides and accepted
 if every kernel in it comes out instruction for instruction the same (tools/compare_sass.py), which
 is what a restructuring of the templates that keeps the machine code needs. It compiles two
-libraries per changed variant (-j jobs at a time; about 20 s of one core each for a gated build).
+cubins per changed variant (-j jobs at a time; about 10 s of one core each for a gated build). Only
+the kernels are compared, not the host code: a change to how a library launches them (grid,
+cluster size, which kernel a call takes) is not seen here and needs the table re-timed, and a
+library that fails to build on the host side is not either (`python -m generator build --shipped`).
 
     python tools/restamp_table.py --base REV [--table tuned_configs/H200-132SM.json] [--sass [-j N]]
     python tools/restamp_table.py --base REV --decode [--table tuned_configs/decode/H200-132SM.json] [--sass]
