@@ -15,15 +15,21 @@ SOURCES = ("start", "table", "neighbour", "model")  # where a trial's point came
 @dataclass(frozen=True)
 class Design:
     """known: start from the known-good points; neighbours: at most this many one-axis neighbours of
-    the best point after them (None: every one); model: who proposes the rest ("tpe": optuna's TPE,
-    modelling from `startup` finished trials on, over each axis alone or (multivariate) jointly;
+    the best point after them (None: every one), or neighbours_afresh where no table gives the bucket
+    a choice (a GPU tuned afresh; None: as neighbours); model: who proposes the rest ("tpe": optuna's
+    TPE, modelling from `startup` finished trials on, over each axis alone or (multivariate) jointly;
     "random": optuna's random sampler)."""
 
     known: bool = True
     neighbours: int | None = None
+    neighbours_afresh: int | None = None
     model: str = "tpe"
     startup: int = 8
     multivariate: bool = False
+
+    def neighbour_budget(self, table_choice: bool) -> int | None:
+        """The most neighbour trials of a study, given whether a table named the bucket's variant."""
+        return self.neighbours if table_choice or self.neighbours_afresh is None else self.neighbours_afresh
 
     def model_sampler(self, seed: int):
         import optuna
@@ -38,12 +44,13 @@ class Design:
         raise ValueError(f"model {self.model!r}: expected 'tpe' or 'random'")
 
 
-# The tuner's design: the known-good points, two neighbours of the best of them, then multivariate TPE
-# modelling from the fourth finished trial on. Chosen by replaying designs over every point of two
-# buckets' spaces measured on the H200 (BENCHMARKS.md, "The tuner's search against the whole space"):
-# at 12 trials it lands where walking every neighbour did and gives the model a third of the trials
-# or more, where walking the neighbours gave it none.
-DEFAULT_DESIGN = Design(neighbours=2, startup=4, multivariate=True)
+# The tuner's design: the known-good points, three neighbours of the best of them (four on a GPU
+# tuned afresh), then multivariate TPE modelling from the fourth finished trial on. Chosen by
+# replaying designs over every point of three buckets' spaces measured on the H200 (BENCHMARKS.md,
+# "The tuner's search against the whole space"): it lands where walking every neighbour did, in
+# every run of all three, where two neighbours missed by 2-4% afresh on the packed bucket; the model
+# proposes 2 to 5 of 12 trials where a table gave the bucket a choice, 2 afresh.
+DEFAULT_DESIGN = Design(neighbours=3, neighbours_afresh=4, startup=4, multivariate=True)
 
 # The designs by name: `tune --design` takes the first two, `regret --replay --design` all of them.
 DESIGNS: dict[str, Design] = {
@@ -53,6 +60,8 @@ DESIGNS: dict[str, Design] = {
     # best known point every trial is of a library compiled before the search (tune.first_candidates),
     # where the model's points are compiled a wave of buckets at a time (tune.run).
     "neighbours": Design(),
+    # The default before the packed bucket was replayed (2026-12-04): two neighbours, with a table or not.
+    "two-neighbours": Design(neighbours=2, startup=4, multivariate=True),
     "random": Design(known=False, neighbours=0, model="random"),  # pure random search
     "tpe": Design(known=False, neighbours=0, startup=4, multivariate=True),  # pure TPE
 }

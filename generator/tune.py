@@ -122,7 +122,8 @@ def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent
         others = [incumbent, *(v for v in others if v != incumbent)]
     table = {incumbent.name: "table"} if incumbent is not None and incumbent in others else {}
     sampler = KnownGoodSampler([first, *others] if design.known else [], lambda v: neighbors(v, NEIGHBOR_AXES),
-                               design.model_sampler(seed), sources=table, max_neighbours=design.neighbours)
+                               design.model_sampler(seed), sources=table,
+                               max_neighbours=design.neighbour_budget(incumbent is not None))
     return optuna.create_study(study_name=study_name(arch, bucket, gpu), storage=storage, load_if_exists=True,
                                direction="minimize", sampler=sampler, pruner=SlowerThanBestPruner())
 
@@ -618,10 +619,11 @@ def add_arguments(p) -> None:
                    help="chunk rows x keys of a bucket [x requests packed in it] (repeatable); default: "
                         + " ".join("x".join(map(str, s)) for s in DEFAULT_SHAPES))
     p.add_argument("--trials", type=int, default=12,
-                   help="measured trials per bucket (default 12: the starting points, the table's choice, two "
-                        "neighbours of the best, then optuna's TPE)")
+                   help="measured trials per bucket (default 12: the starting points, the table's choice, three "
+                        "neighbours of the best (four without a table choice), then optuna's TPE)")
     p.add_argument("--design", choices=("default", "neighbours"), default="default",
-                   help="how a study proposes (generator/design.py): default, the known points, two neighbours, then "
+                   help="how a study proposes (generator/design.py): default, the known points, three neighbours (four "
+                        "afresh), then "
                         "optuna's TPE (its points compiled a wave of 16 buckets at a time); neighbours, every "
                         "neighbour after the known points (most of them compiled before the search)")
     p.add_argument("--every-kind", action="store_true",

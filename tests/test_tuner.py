@@ -176,12 +176,26 @@ def test_after_the_starting_points_a_study_walks_the_best_points_neighbors_then_
     bucket = Bucket(32, 2048, 16384, 524288)
     points = starting_points(32, 2048, "sm90a")
     best = min(points, key=lambda v: FakeMeasurer().time_of(v, bucket))
-    near = neighbors(best, NEIGHBOR_AXES)[:DEFAULT_DESIGN.neighbours]
-    assert len(near) == DEFAULT_DESIGN.neighbours == 2
+    near = neighbors(best, NEIGHBOR_AXES)[:DEFAULT_DESIGN.neighbours_afresh]  # (no table: afresh)
+    assert len(near) == DEFAULT_DESIGN.neighbours_afresh == 4
     result = tune_bucket(bucket, m, "sm90a", trials=len(points) + len(near) + 4, batch=4, log=lambda s: None)
     assert m.fused_calls[:len(points) + len(near)] == [v.name for v in points] + [w.name for w in near]
-    assert trial_sources(result.study) == {"start": len(points), "table": 0, "neighbour": 2, "model": 4}
-    assert len(set(m.fused_calls)) == len(m.fused_calls) == len(points) + 6  # (the model's points are new ones)
+    assert trial_sources(result.study) == {"start": len(points), "table": 0, "neighbour": 4, "model": 4}
+    assert len(set(m.fused_calls)) == len(m.fused_calls) == len(points) + 8  # (the model's points are new ones)
+
+
+def test_with_a_tables_choice_the_default_design_walks_fewer_neighbours():
+    from generator.design import DEFAULT_DESIGN
+    from generator.search import trial_sources
+    from generator.tune import open_study, search_bucket
+
+    bucket = Bucket(32, 2048, 16384, 524288)
+    incumbent = Variant.from_name("mqa_topk_wgmma_sm90a_h32_k2048_r4_t192_w12_s2_b16384_m16")
+    study = open_study(bucket, "sm90a", incumbent=incumbent, design=DEFAULT_DESIGN)
+    search_bucket(study, bucket, FakeMeasurer(), "sm90a", trials=16, log=lambda s: None)
+    sources = trial_sources(study)
+    assert sources["table"] == 1 and sources["neighbour"] == DEFAULT_DESIGN.neighbours == 3
+    assert sources["model"] == 16 - sources["start"] - 1 - 3
 
 
 def test_a_retune_measures_the_tables_choice_second(tmp_path):
@@ -266,7 +280,7 @@ def test_a_waves_model_proposals_compile_in_one_build_after_every_bucket_reached
                   log=lambda s: None)
     model = {Variant.from_name(t.user_attrs["variant"]) for r in results for t in r.study.trials
              if t.system_attrs.get("source") == "model"}
-    assert all(trial_sources(r.study)["model"] == 4 for r in results)  # (12 - 6 starting points - 2 neighbours)
+    assert all(trial_sources(r.study)["model"] == 2 for r in results)  # (12 - 6 starting points - 4 neighbours, afresh)
     assert sum(1 for new in calls if model & set(new)) == 1  # one nvcc round for the three buckets' model points
     assert all(r.search_s >= 0 and r.trials == 12 for r in results)
     from runtime.table import table_meta, table_path
@@ -795,9 +809,9 @@ def test_with_the_shipped_table_the_model_proposes_a_third_of_the_default_trials
         result = tune_bucket(bucket, FakeMeasurer(), "sm90a", trials=12, incumbent=table_choice(bucket, tables),
                              skip_kinds=losing_kinds(bucket, tables), log=lambda s: None)
         sources = trial_sources(result.study)
-        assert sum(sources.values()) == 12 and sources["neighbour"] == 2
+        assert sum(sources.values()) == 12 and sources["neighbour"] == 3
         model.append(sources["model"])
-    assert min(model) >= 3 and sum(m >= 4 for m in model) > len(buckets) / 2
+    assert min(model) >= 2 and sum(m >= 4 for m in model) > len(buckets) / 2
 
 
 def test_a_point_that_does_not_build_is_recorded_as_failed_and_the_recording_goes_on(tmp_path):
