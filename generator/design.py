@@ -47,9 +47,10 @@ class Design:
 # The tuner's design: the known-good points, three neighbours of the best of them (four on a GPU
 # tuned afresh), then multivariate TPE modelling from the fourth finished trial on. Chosen by
 # replaying designs over every point of three buckets' spaces measured on the H200 (BENCHMARKS.md,
-# "The tuner's search against the whole space"): it lands where walking every neighbour did, in
-# every run of all three, where two neighbours missed by 2-4% afresh on the packed bucket; the model
-# proposes 2 to 5 of 12 trials where a table gave the bucket a choice, 2 afresh.
+# "The tuner's search against the whole space"): it lands where walking every neighbour did, while
+# the model keeps a third of the trials where a table names the bucket's variant. Afresh the start
+# is spread over every kernel kind and the best of it is further from the top, which fewer
+# neighbours did not reach on a packed bucket.
 DEFAULT_DESIGN = Design(neighbours=3, neighbours_afresh=4, startup=4, multivariate=True)
 
 # The designs by name: `tune --design` takes the first two, `regret --replay --design` all of them.
