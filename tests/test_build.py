@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,28 @@ def test_rendered_source_is_self_contained_and_names_its_parameters(mma, gated, 
     if gated:  # the exact rescan kernel is compiled in with it
         assert f"kSampleTiles = {v.sample_tiles};" in src and v.rescan_variant.name in src
     assert "{{ v." not in src and "include_raw" not in src  # nothing left unrendered
+
+
+def test_every_kernel_asserts_the_variant_spaces_figures():
+    """Python decides which points fit by its own sums of shared memory and registers; every kernel
+    renders them into a compile-time check against its own (pipeline::SpaceAgrees, or equality for
+    the mma.sync kernel and the dense top-k kernels' shared structs), so a sum that drifts fails the
+    build instead of admitting a point that cannot launch."""
+    from generator.shipped import shipped_paged_variants
+
+    for v in (default_variant(32, 2048, mma="wgmma", gated=True), default_variant(64, 512, mma="wgmma", gated=False)):
+        assert f"pipeline::SpaceAgrees<Shape, Layout, {v.smem_bytes()}, {v.registers_available()}>" in render(v)
+    mma_sync = default_variant(32, 2048, mma="mmasync")
+    assert f"static_assert(kSmemBytes == {mma_sync.smem_bytes()}," in render(mma_sync)
+    paged = shipped_paged_variants()[0]
+    assert f"pipeline::SpaceAgrees<Shape, Layout, {paged.smem_bytes()}, {paged.math_registers}>" in render(paged)
+    dense = shipped_dense_variants()[0]
+    for d in (dense, replace(dense, page_block_size=64)):  # (the paged build adds the cluster top-k)
+        src = render(d)
+        assert f"pipeline::SpaceAgrees<Shape, Layout, {d.logits_smem_bytes()}, {d.math_registers}>" in src
+        assert f"static_assert(sizeof(TopKShared) == {d.topk_smem_bytes()}," in src
+        if d.page_block_size:
+            assert f"static_assert(sizeof(ClusterTopKShared) == {d.cluster_topk_smem_bytes()}," in src
 
 
 def test_every_shipped_variant_renders():
