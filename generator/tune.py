@@ -351,6 +351,14 @@ def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
     return None
 
 
+def tuning_study(bucket: Bucket, arch: str, storage, tables: list[Path | None], gpu: str, design: Design,
+                 every_kind: bool):
+    """The bucket's study as `tune` opens it: the tables' choice for it its incumbent, their evidence
+    sparing it the losing kinds' starting points (unless every_kind)."""
+    return open_study(bucket, arch, storage, incumbent=table_choice(bucket, tables), gpu=gpu, design=design,
+                      skip_kinds=frozenset() if every_kind else losing_kinds(bucket, tables))
+
+
 WAVE = 16  # buckets searched together: their model proposals compile in one parallel build
 
 
@@ -374,8 +382,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             break
         searched: list[tuple[Bucket, object, float]] = []  # (bucket, study, seconds of its search)
         for bucket in buckets[first:first + WAVE]:
-            study = open_study(bucket, arch, storage, incumbent=table_choice(bucket, tables), gpu=gpu, design=design,
-                               skip_kinds=frozenset() if every_kind else losing_kinds(bucket, tables))
+            study = tuning_study(bucket, arch, storage, tables, gpu, design, every_kind)
             t = time.monotonic()
             search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
                           until_model=True)
@@ -708,10 +715,8 @@ def main(args) -> int:
 
     tables = incumbent_tables(gpu, out_dir)
 
-    def study_of(bucket, storage):  # the bucket's study, the table's current choice its incumbent
-        return open_study(bucket, arch.name, storage, incumbent=table_choice(bucket, tables), gpu=gpu,
-                          skip_kinds=frozenset() if args.every_kind else losing_kinds(bucket, tables),
-                          design=DESIGNS[args.design])
+    def study_of(bucket, storage):
+        return tuning_study(bucket, arch.name, storage, tables, gpu, DESIGNS[args.design], args.every_kind)
 
     if args.worker:  # search only: the process that started the workers settles and writes
         storage = storage_for(args.storage)
