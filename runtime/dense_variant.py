@@ -102,11 +102,29 @@ class DenseVariant:
     def topk_smem_bytes(self) -> int:
         return RADIX_SCRATCH_BYTES + COARSE_BINS * 4 + 5 * 4 + self.topk_buffer * 8
 
-    def cluster_topk_smem_bytes(self) -> int:
-        """The paged builds' cluster top-k (the template's ClusterTopKShared): its answer bitmap, its
-        buffer (twice the one-CTA kernel's), three histograms and the cluster's sums, the select scratch,
-        three words a warp, eight more."""
+    def cluster_gate_smem_bytes(self) -> int:
+        """The paged builds' cluster top-k, its gate route (the template's ClusterTopKShared): its answer
+        bitmap, its buffer (twice the one-CTA kernel's), three histograms and the cluster's sums, the
+        select scratch, three words a warp, eight more."""
         return CLUSTER_BITMAP_WORDS * 4 + 2 * self.topk_buffer * 8 + 4 * 256 * 4 + RADIX_SCRATCH_BYTES + 12 * (self.topk_threads // 32) + 8 * 4
+
+    @property
+    def cluster_resident_keys(self) -> int:
+        """The longest slice of a row the cluster top-k holds in shared memory (its resident route): four
+        times the one-CTA kernel's buffer, at most 32,768 keys (128 KiB of logits)."""
+        return min(4 * self.topk_buffer, 32768)
+
+    def cluster_resident_smem_bytes(self) -> int:
+        """The resident route's shared memory (the template's ResidentShared): the slice's fp32 logits and
+        its answer bitmap, rank 0's buffer for the k-th's bin (half the one-CTA kernel's, codes and
+        keys), this CTA's and the cluster's coarse bins, the select scratch, a word a warp, 22 more."""
+        keys = self.cluster_resident_keys
+        return (keys * 4 + keys // 8 + self.topk_buffer // 2 * 8 + 2 * COARSE_BINS * 4 + RADIX_SCRATCH_BYTES
+                + 4 * (self.topk_threads // 32) + 22 * 4)
+
+    def cluster_topk_smem_bytes(self) -> int:
+        """The cluster top-k's launch: the larger of its two routes' shared memory (they share it)."""
+        return max(self.cluster_gate_smem_bytes(), self.cluster_resident_smem_bytes())
 
     @property
     def short_row_keys(self) -> int:

@@ -98,7 +98,8 @@ def test_every_kernel_asserts_the_variant_spaces_figures():
         assert f"pipeline::SpaceAgrees<Shape, Layout, {d.logits_smem_bytes()}, {d.math_registers}>" in src
         assert f"static_assert(sizeof(TopKShared) == {d.topk_smem_bytes()}," in src
         if d.page_block_size:
-            assert f"static_assert(sizeof(ClusterTopKShared) == {d.cluster_topk_smem_bytes()}," in src
+            assert f"static_assert(sizeof(ClusterTopKShared) == {d.cluster_gate_smem_bytes()}," in src
+            assert f"static_assert(sizeof(ResidentShared) == {d.cluster_resident_smem_bytes()}," in src
 
 
 def test_every_shipped_variant_renders():

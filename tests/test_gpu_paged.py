@@ -202,9 +202,11 @@ def test_few_long_rows_are_selected_by_a_cluster_and_stay_exact(family, heads, t
     """A step of a few long requests: the dense paged build selects each row over a cluster of CTAs
     (its library says it does for this step), every row verified by the two-sided rule, strictly,
     outputs poisoned. Requests of 70,000 (a slice of 8,750 keys a CTA of eight), 20,000, 3 (fewer than
-    top_k) and 2,100 keys (near the gate's sample). all_equal overflows the gate's buffers, so the
-    cluster ranks its slices from the logits; the other families take the gate's candidates."""
-    wl = make_paged_workload(family, [70000, 3, 20000, 2100], next_n, heads, top_k, seed=5, device="cuda")
+    top_k) and 2,100 keys (near the gate's sample) take the resident route (each slice in shared
+    memory), one of 600,000 the gate route (slices of 75,000 keys or more, past the resident route's
+    32,768). all_equal overflows rank 0's buffer on the resident route and then the gate's buffers, so
+    the cluster ranks its slices from the logits."""
+    wl = make_paged_workload(family, [70000, 3, 20000, 2100, 600000], next_n, heads, top_k, seed=5, device="cuda")
     assert cluster_ctas_of(wl) >= 2, "the step should take the cluster top-k"
     out = torch.full((wl.batch * next_n, top_k), POISON, dtype=torch.int32, device="cuda")
     paged_mqa_topk(*wl.args(), variant="dense", out=out)

@@ -9,6 +9,14 @@ cluster of CTAs) compiled with -DFUSED_MQA_TOPK_TIMELINE marks, in each CTA, the
     places (the answer's counts and each CTA's offset) | answer (the slice's keys, ascending, and the
     cluster barrier before the CTAs leave)
 
+and, where a slice fits its shared memory (the resident route, which marks 8 as well),
+
+    load (the slice read into shared memory and counted into bins) | sums (the cluster's counts: two
+    barriers) | bin (the k-th's bin found) | scan (the slice's keys above it into the bitmap, its
+    entries of the bin copied to rank 0) | barrier (the third) | select (rank 0 ranks the bin's
+    entries, marks those taken and sends each CTA its place: a barrier) | answer (the bitmap's keys,
+    ascending)
+
     python tools/timeline.py build mqa_dense_..._pb64 --out .ablate          # here: nvcc
     python tools/cluster_timeline.py run mqa_dense_..._pb64 --out .ablate --shape 1x32768 [--next-n 1]  # GPU
 
@@ -30,10 +38,12 @@ from generator.paged_bench import DISTRIBUTIONS  # noqa: E402
 from tools.timeline import GLOBAL_END, GLOBAL_START, Marks, cmd_build, library_path  # noqa: E402
 
 PHASES = ("gate", "gather", "counts", "rank", "ties", "places", "answer")  # between marks 0..7 of event 0
+RESIDENT_PHASES = ("load", "sums", "bin", "scan", "barrier", "select", "answer")  # between marks 0..7
+RESIDENT_MARK = 8
 
 
 def cta_phases(marks, ctas: int) -> list[dict]:
-    """Per CTA that marked: its phases in microseconds and its span by the global timer."""
+    """Per CTA that marked: its route, its phases in microseconds and its span by the global timer."""
     found = []
     for cta in range(min(ctas, marks.shape[0])):
         m = [int(x) for x in marks[cta, 0, :8]]
@@ -41,7 +51,10 @@ def cta_phases(marks, ctas: int) -> list[dict]:
         if 0 in m or span_ns <= 0 or m[7] <= m[0]:
             continue  # (a CTA of a row shorter than top_k leaves at once)
         ns_per_cycle = span_ns / (m[7] - m[0])
-        found.append({"span_us": span_ns / 1e3, **{p: (m[i + 1] - m[i]) * ns_per_cycle / 1e3 for i, p in enumerate(PHASES)}})
+        resident = int(marks[cta, 0, RESIDENT_MARK]) != 0
+        phases = RESIDENT_PHASES if resident else PHASES
+        found.append({"route": "resident" if resident else "gate", "span_us": span_ns / 1e3,
+                      **{p: (m[i + 1] - m[i]) * ns_per_cycle / 1e3 for i, p in enumerate(phases)}})
     return found
 
 
@@ -85,10 +98,12 @@ def cmd_run(args) -> int:
             k_fp8, k_scale, ks, ke = gather_paged(cache, lens, table, args.next_n)
             report = verify_topk(out, flat_q, (k_fp8, k_scale), weights, ks, ke, top_k)
             assert report.ok, report.summary()
+            routes = sorted({c["route"] for launch in per_launch[1:] for c in launch})
+            phases = RESIDENT_PHASES if routes == ["resident"] else PHASES if routes == ["gate"] else ()
             medians = {p: statistics.median(statistics.median(c[p] for c in launch) for launch in per_launch[1:])
-                       for p in ("span_us", *PHASES)}
-            print(f"{name} {shape} next_n {args.next_n} {args.distribution} ({ctas} CTAs a row, answers verified): "
-                  + ", ".join(f"{p} {medians[p]:.2f}" for p in ("span_us", *PHASES))
+                       for p in ("span_us", *phases)}
+            print(f"{name} {shape} next_n {args.next_n} {args.distribution} ({ctas} CTAs a row, {' and '.join(routes)} "
+                  "route, answers verified): " + ", ".join(f"{p} {medians[p]:.2f}" for p in ("span_us", *phases))
                   + f"; the slowest CTA: span {statistics.median(max(c['span_us'] for c in launch) for launch in per_launch[1:]):.2f}",
                   flush=True)
     return 0

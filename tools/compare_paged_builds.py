@@ -3,7 +3,9 @@
 For each decode step (BATCHxCONTEXT at each --heads, --top-k and --next-n; random_step's data, every
 request's blocks shuffled, block size 64) the default variant (runtime/paged_variant.py) built twice
 as .ablate/<variant>/<BUILD>.so (`tools/ablate.py build VARIANT --as BUILD`, at the commit before
-the change and after it). Both builds run the step at the runtime's split (--parts: at each of
+the change and after it). With --dense, the dense kernels' paged build the runtime takes for the step
+instead (runtime.paged.dense_paged_build: its logits and top-k kernels, the step's layout given, as
+dispatch runs them with a layout), and --parts does not apply. Both builds run the step at the runtime's split (--parts: at each of
 these splits instead), and their answers must be the same bytes at every split (both are exact with
 one tie-break and one order; the scan's arithmetic is theirs alike); the last build's is also checked
 by the two-sided rule on up to 64 rows. Each build is captured once in a CUDA graph and its replays timed in rounds that alternate the builds (a single
@@ -38,6 +40,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--distribution", default="positive")
     p.add_argument("--log")
+    p.add_argument("--dense", action="store_true", help="time the dense kernels' paged build (see above)")
     args = p.parse_args()
 
     import torch
@@ -45,9 +48,11 @@ def main() -> int:
     from generator.paged_bench import random_step
     from generator.paged_workloads import PagedWorkload, verify_paged
     from generator.timing import geometric_mean, median_ms
-    from runtime.loader import PagedLibrary
-    from runtime.paged import parts_for
+    from runtime.dense import DEFAULT_LOGITS_BUDGET
+    from runtime.loader import DenseLibrary, PagedLibrary
+    from runtime.paged import decode_layout, dense_paged_build, parts_for
     from runtime.paged_variant import default_paged_variant
+    from runtime.scoring import window_pieces
 
     log = open(args.log, "w") if args.log else None  # noqa: SIM115 -- closed below
     ratios = []
@@ -57,19 +62,35 @@ def main() -> int:
             for next_n in args.next_n or [1]:
                 step = random_step(batch, context, next_n, heads, 512, distribution=args.distribution)
                 q, cache, weights, lens, table, _ = step
+                capacity = table.shape[1] * cache.shape[1]
                 for top_k in args.top_k or [2048]:
-                    variant = default_paged_variant(heads, top_k, next_n, cache.shape[1])
-                    libs = [PagedLibrary(variant, str(Path(args.out) / variant.name / f"{b}.so")) for b in args.build]
+                    if args.dense:
+                        variant = dense_paged_build(q.device, heads, top_k, capacity, cache.shape[1])
+                        libs = [DenseLibrary(variant, str(Path(args.out) / variant.name / f"{b}.so")) for b in args.build]
+                        layout = decode_layout(lens, table, next_n, cache.shape[1], cache.shape[0])
+                        rows = batch * next_n
+                        window, piece_rows = window_pieces(rows, layout.keys, capacity, DEFAULT_LOGITS_BUDGET)
+                        flat_q = q.reshape(rows, heads, 128).contiguous()
+                    else:
+                        variant = default_paged_variant(heads, top_k, next_n, cache.shape[1])
+                        libs = [PagedLibrary(variant, str(Path(args.out) / variant.name / f"{b}.so")) for b in args.build]
                     first = None  # the first split's answer: every split's must be the same bytes
-                    for parts in args.parts or [parts_for(batch, table.shape[1] * cache.shape[1], top_k, q.device)]:
+                    for parts in [0] if args.dense else args.parts or [parts_for(batch, capacity, top_k, q.device)]:
                         outs, graphs = [], []
                         for lib in libs:
                             out = torch.full((batch * next_n, top_k), -7, dtype=torch.int32, device="cuda")
-                            ws = torch.empty(lib.workspace_bytes(batch, parts), dtype=torch.uint8, device="cuda")
-                            launch = lambda lib=lib, out=out, ws=ws: lib.launch(  # noqa: E731
-                                q.data_ptr(), cache.data_ptr(), weights.data_ptr(), lens.data_ptr(), table.data_ptr(),
-                                out.data_ptr(), ws.data_ptr(), batch, table.shape[1], cache.shape[0], parts,
-                                torch.cuda.current_stream().cuda_stream)
+                            if args.dense:
+                                ws = torch.empty(piece_rows * window, dtype=torch.float32, device="cuda")  # the logits
+                                launch = lambda lib=lib, out=out, ws=ws: lib.run_paged(  # noqa: E731
+                                    flat_q.data_ptr(), cache.data_ptr(), layout.pages.data_ptr(), cache.shape[0],
+                                    weights.data_ptr(), layout.ks.data_ptr(), layout.ke.data_ptr(), out.data_ptr(),
+                                    ws.data_ptr(), window, piece_rows, rows, layout.keys, torch.cuda.current_stream().cuda_stream)
+                            else:
+                                ws = torch.empty(lib.workspace_bytes(batch, parts), dtype=torch.uint8, device="cuda")
+                                launch = lambda lib=lib, out=out, ws=ws: lib.launch(  # noqa: E731
+                                    q.data_ptr(), cache.data_ptr(), weights.data_ptr(), lens.data_ptr(), table.data_ptr(),
+                                    out.data_ptr(), ws.data_ptr(), batch, table.shape[1], cache.shape[0], parts,
+                                    torch.cuda.current_stream().cuda_stream)
                             launch()
                             torch.cuda.synchronize()
                             outs.append(out.clone())
