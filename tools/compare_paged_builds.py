@@ -5,8 +5,8 @@ request's blocks shuffled, block size 64) the default variant (runtime/paged_var
 as .ablate/<variant>/<BUILD>.so (`tools/ablate.py build VARIANT --as BUILD`, at the commit before
 the change and after it). With --dense, the dense kernels' paged build the runtime takes for the step
 instead (runtime.paged.dense_paged_build: its logits and top-k kernels, the step's layout given, as
-dispatch runs them with a layout), and --parts does not apply. Both builds run the step at the runtime's split (--parts: at each of
-these splits instead), and their answers must be the same bytes at every split (both are exact with
+dispatch runs them with a layout), and --parts does not apply. Both builds run the step at the
+runtime's split (--parts: at each of these splits instead), and their answers must be the same bytes at every split (both are exact with
 one tie-break and one order; the scan's arithmetic is theirs alike); the last build's is also checked
 by the two-sided rule on up to 64 rows. Each build is captured once in a CUDA graph and its replays timed in rounds that alternate the builds (a single
 pair can be off by a few percent), the median of each build's rounds kept. A line per step, and
@@ -113,7 +113,8 @@ def main() -> int:
                         row = {"batch": batch, "context": context, "heads": heads, "top_k": top_k, "next_n": next_n,
                                "variant": variant.name, "parts": parts, "ms": ms, "rounds": times,
                                "same_bytes": same, "verified": report.ok, "ratio": ratio}
-                        print(f"{batch:>4} x {context:>8} h{heads} k{top_k} n{next_n} parts {parts:>3}: "
+                        split = "dense path" if args.dense else f"parts {parts:>3}"
+                        print(f"{batch:>4} x {context:>8} h{heads} k{top_k} n{next_n} {split}: "
                               + "  ".join(f"{b} {ms[b] * 1e3:8.1f} us" for b in args.build)
                               + f"  {args.build[-1]}/{args.build[0]} {ratio:.3f}  same bytes {same}  verified {report.ok}",
                               flush=True)
