@@ -74,11 +74,13 @@ def _dense_kernels(lib: DenseLibrary, q, k_fp8, k_scale, weights, ks, ke, top_k:
 
 
 def run_dense_paged(variant: DenseVariant, q, kv_cache, weights, layout, top_k: int, longest_row: int,
-                    budget: int = DEFAULT_LOGITS_BUDGET, out: torch.Tensor | None = None) -> torch.Tensor:
+                    budget: int = DEFAULT_LOGITS_BUDGET, out: torch.Tensor | None = None,
+                    lib: DenseLibrary | None = None) -> torch.Tensor:
     """Our dense kernels' paged build `variant` (DenseVariant.paged_build) over a chunk whose keys are
     in the paged cache, laid out as runtime.paged_prefill.page_layout says: as _dense_kernels, the
-    logits in windows of `longest_row` keys (every row sees at most that many)."""
-    lib = load(variant)
+    logits in windows of `longest_row` keys (every row sees at most that many). `lib`: a library of
+    `variant` to run instead of the one `load` finds (developer tools timing two builds of it)."""
+    lib = lib or load(variant)
     q, kv_cache = aligned16(q), aligned16(kv_cache)
     return _in_pieces(lib, q, top_k, layout.keys, longest_row, budget, out, lambda out, logits, window, piece_rows, stream:
                       lib.run_paged(q.data_ptr(), kv_cache.data_ptr(), layout.pages.data_ptr(), kv_cache.shape[0],

@@ -64,7 +64,7 @@ def cmd_run(args) -> int:
     from generator.paged_bench import random_step
     from generator.verify import verify_topk
     from runtime.build import spec_from_name
-    from runtime.dense import DEFAULT_LOGITS_BUDGET
+    from runtime.dense import DEFAULT_LOGITS_BUDGET, run_dense_paged
     from runtime.loader import DenseLibrary
     from runtime.paged import decode_layout, gather_paged
     from runtime.scoring import window_pieces
@@ -80,8 +80,7 @@ def cmd_run(args) -> int:
             layout = decode_layout(lens, table, args.next_n, cache.shape[1], cache.shape[0])
             rows, capacity = batch * args.next_n, table.shape[1] * cache.shape[1]
             window, piece_rows = window_pieces(rows, layout.keys, capacity, DEFAULT_LOGITS_BUDGET)
-            flat_q = q.reshape(rows, variant.heads, 128).contiguous()
-            logits = torch.empty(piece_rows * window, dtype=torch.float32, device="cuda")
+            flat_q = q.reshape(rows, variant.heads, 128)
             out = torch.empty(rows, top_k, dtype=torch.int32, device="cuda")
             ctas = lib.cluster_topk_ctas(window, piece_rows)
             if not ctas or piece_rows < rows:
@@ -90,9 +89,7 @@ def cmd_run(args) -> int:
             per_launch = []
             for _ in range(args.launches + 1):  # (the first: warm-up)
                 marks.clear()
-                lib.run_paged(flat_q.data_ptr(), cache.data_ptr(), layout.pages.data_ptr(), cache.shape[0],
-                              weights.data_ptr(), layout.ks.data_ptr(), layout.ke.data_ptr(), out.data_ptr(),
-                              logits.data_ptr(), window, piece_rows, rows, layout.keys, torch.cuda.current_stream().cuda_stream)
+                run_dense_paged(variant, flat_q, cache, weights, layout, top_k, capacity, out=out, lib=lib)
                 torch.cuda.synchronize()
                 per_launch.append(cta_phases(marks.read(), rows * ctas))
             k_fp8, k_scale, ks, ke = gather_paged(cache, lens, table, args.next_n)

@@ -48,11 +48,10 @@ def main() -> int:
     from generator.paged_bench import random_step
     from generator.paged_workloads import PagedWorkload, verify_paged
     from generator.timing import geometric_mean, median_ms
-    from runtime.dense import DEFAULT_LOGITS_BUDGET
+    from runtime.dense import run_dense_paged
     from runtime.loader import DenseLibrary, PagedLibrary
     from runtime.paged import decode_layout, dense_paged_build, parts_for
     from runtime.paged_variant import default_paged_variant
-    from runtime.scoring import window_pieces
 
     log = open(args.log, "w") if args.log else None  # noqa: SIM115 -- closed below
     ratios = []
@@ -68,9 +67,7 @@ def main() -> int:
                         variant = dense_paged_build(q.device, heads, top_k, capacity, cache.shape[1])
                         libs = [DenseLibrary(variant, str(Path(args.out) / variant.name / f"{b}.so")) for b in args.build]
                         layout = decode_layout(lens, table, next_n, cache.shape[1], cache.shape[0])
-                        rows = batch * next_n
-                        window, piece_rows = window_pieces(rows, layout.keys, capacity, DEFAULT_LOGITS_BUDGET)
-                        flat_q = q.reshape(rows, heads, 128).contiguous()
+                        flat_q = q.reshape(batch * next_n, heads, 128)
                     else:
                         variant = default_paged_variant(heads, top_k, next_n, cache.shape[1])
                         libs = [PagedLibrary(variant, str(Path(args.out) / variant.name / f"{b}.so")) for b in args.build]
@@ -79,12 +76,10 @@ def main() -> int:
                         outs, graphs = [], []
                         for lib in libs:
                             out = torch.full((batch * next_n, top_k), -7, dtype=torch.int32, device="cuda")
-                            if args.dense:
-                                ws = torch.empty(piece_rows * window, dtype=torch.float32, device="cuda")  # the logits
-                                launch = lambda lib=lib, out=out, ws=ws: lib.run_paged(  # noqa: E731
-                                    flat_q.data_ptr(), cache.data_ptr(), layout.pages.data_ptr(), cache.shape[0],
-                                    weights.data_ptr(), layout.ks.data_ptr(), layout.ke.data_ptr(), out.data_ptr(),
-                                    ws.data_ptr(), window, piece_rows, rows, layout.keys, torch.cuda.current_stream().cuda_stream)
+                            if args.dense:  # (the logits are allocated in the call, as the runtime's are)
+                                ws = None
+                                launch = lambda lib=lib, out=out: run_dense_paged(  # noqa: E731
+                                    variant, flat_q, cache, weights, layout, top_k, capacity, out=out, lib=lib)
                             else:
                                 ws = torch.empty(lib.workspace_bytes(batch, parts), dtype=torch.uint8, device="cuda")
                                 launch = lambda lib=lib, out=out, ws=ws: lib.launch(  # noqa: E731
