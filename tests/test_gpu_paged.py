@@ -201,13 +201,16 @@ def cluster_ctas_of(wl) -> int:
 def test_few_long_rows_are_selected_by_a_cluster_and_stay_exact(family, heads, top_k, next_n):
     """A step of a few long requests: the dense paged build selects each row over a cluster of CTAs
     (its library says it does for this step), every row verified by the two-sided rule, strictly,
-    outputs poisoned. Requests of 70,000 (a slice of 8,750 keys a CTA of eight), 20,000, 3 (fewer than
-    top_k) and 2,100 keys (near the gate's sample) take the resident route (each slice in shared
-    memory), one of 600,000 the gate route (slices of 75,000 keys or more, past the resident route's
-    32,768). all_equal overflows rank 0's buffer on the resident route and then the gate's buffers, so
-    the cluster ranks its slices from the logits."""
+    outputs poisoned. On the H200's 132 SMs the five rows of next_n 1 take clusters of sixteen CTAs
+    (beyond the portable size) and the ten of next_n 2 clusters of eight. Requests of 70,000 (a slice
+    of 4,375 or 8,750 keys a CTA), 20,000, 3 (fewer than top_k) and 2,100 keys (near the gate's sample)
+    take the resident route (each slice in shared memory), one of 600,000 the gate route (slices of
+    37,500 keys or more, past the resident route's 32,768). all_equal overflows rank 0's buffer on the
+    resident route and then the gate's buffers, so the cluster ranks its slices from the logits."""
     wl = make_paged_workload(family, [70000, 3, 20000, 2100, 600000], next_n, heads, top_k, seed=5, device="cuda")
     assert cluster_ctas_of(wl) >= 2, "the step should take the cluster top-k"
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132 and next_n <= 2:
+        assert cluster_ctas_of(wl) == {1: 16, 2: 8}[next_n]
     out = torch.full((wl.batch * next_n, top_k), POISON, dtype=torch.int32, device="cuda")
     paged_mqa_topk(*wl.args(), variant="dense", out=out)
     torch.cuda.synchronize()
