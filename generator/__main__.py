@@ -75,6 +75,7 @@ def cmd_build(args) -> int:
 
     from .resources import build_problems
     from .shipped import (
+        shipped_dense_decode_builds,
         shipped_dense_variants,
         shipped_paged_prefill_variants,
         shipped_paged_variants,
@@ -86,7 +87,7 @@ def cmd_build(args) -> int:
         return 2
     if args.shipped:
         variants += shipped_variants() + shipped_dense_variants() + shipped_paged_variants() + \
-            shipped_paged_prefill_variants()
+            shipped_paged_prefill_variants() + shipped_dense_decode_builds()
     if args.all:
         variants += [v for v, reason in enumerate_space(**_fixed_axes(args)) if reason is None]
     if args.candidates:

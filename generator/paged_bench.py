@@ -254,8 +254,8 @@ def decode_variants(heads=HEADS, top_ks=TUNE_TOP_K, next_ns=NEXT_N, block_size: 
     from runtime.paged_variant import default_paged_variant
 
     paged = {default_paged_variant(h, k, n, block_size) for h in heads for k in top_ks for n in next_ns}
-    dense = {default_dense_variant(h, k, short_rows=short).paged_build(block_size)
-             for h in heads for k in top_ks for short in (True, False)}
+    dense = {default_dense_variant(h, k, short_rows=short).decode_build(block_size, n)
+             for h in heads for k in top_ks for short in (True, False) for n in next_ns}
     return sorted(v.name for v in paged | dense if v is not None)
 
 

@@ -1,7 +1,8 @@
 """The variants this project ships: every fused variant a tuned table names, the default fused
 variant per (kernel kind, heads, top_k), the dense variant per (heads, top_k), the paged decode
-kernel's default per (heads, top_k, next_n), and the paged builds of the Hopper fused and dense ones
-(prefill from the paged cache), these two at the block size vLLM's indexer cache uses. CI compiles
+kernel's default per (heads, top_k, next_n), the paged builds of the Hopper fused and dense ones
+(prefill from the paged cache), these two at the block size vLLM's indexer cache uses, and the dense
+ones' paged builds for decode steps (rows per block by next_n). CI compiles
 a fused and a dense one of each kind (tests/test_build.py), two paged decode ones (tests/test_paged.py)
 and three paged prefill builds (tests/test_paged_prefill.py); `build --shipped` compiles them all and
 holds them to generator/resources.py's rules."""
@@ -39,6 +40,11 @@ SHIPPED_BLOCK_SIZE = 64  # vLLM's indexer cache (DeepGEMM's sm90 paged kernel as
 def shipped_paged_variants() -> list[PagedVariant]:
     return sorted({default_paged_variant(h, k, n, SHIPPED_BLOCK_SIZE) for h in AXES["heads"] for k in AXES["top_k"]
                    for n in SUPPORTED_NEXT_N})
+
+
+def shipped_dense_decode_builds() -> list[DenseVariant]:
+    """The dense paged builds decode steps run (DenseVariant.decode_build: rows per block by next_n)."""
+    return sorted({d.decode_build(SHIPPED_BLOCK_SIZE, n) for d in shipped_dense_variants() for n in SUPPORTED_NEXT_N})
 
 
 def shipped_paged_prefill_variants() -> list[Variant | DenseVariant]:

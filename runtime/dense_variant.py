@@ -71,6 +71,15 @@ class DenseVariant:
         """These kernels reading their keys straight from a paged cache of block_size-token blocks."""
         return replace(self, page_block_size=check_page_block_size(block_size))
 
+    def decode_build(self, block_size: int, next_n: int) -> DenseVariant:
+        """The paged build a decode step of next_n rows a request runs: its rows per block cut to next_n,
+        rounded up to a multiple of 64 / heads (the wgmma's N is a multiple of 64). A block's rows share
+        keys only within a request, so a block of more rows than next_n scores every key of its requests
+        for each of its rows, the other requests' products thrown away: at next_n 1 half the logits
+        kernel's products and epilogue at 64 heads, three quarters at 32."""
+        step = 64 // self.heads
+        return replace(self, rows=-(-min(self.rows, next_n) // step) * step).paged_build(block_size)
+
     @classmethod
     def from_name(cls, name: str) -> DenseVariant:
         return parse_name(cls, cls._PATTERN, name)

@@ -251,7 +251,7 @@ def dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k:
     batch, next_n, heads = q.shape[:3]
     num_blocks, block_size = kv_cache.shape[:2]
     capacity = block_table.shape[1] * block_size
-    build = build or dense_paged_build(q.device, heads, top_k, capacity, block_size)
+    build = build or dense_paged_build(q.device, heads, top_k, capacity, block_size, next_n)
     if build is None:
         raise ValueError("the dense paged path runs our Hopper dense kernels, at block sizes that are multiples of 64")
     if layout is None:
@@ -278,14 +278,16 @@ def launched_decode_layout(build: DenseVariant, context_lens, block_table, next_
 
 
 # (kept: a new DenseVariant a call would compute its name again, which finding its library asks)
-_paged_build = lru_cache(maxsize=64)(DenseVariant.paged_build)
+_decode_build = lru_cache(maxsize=64)(DenseVariant.decode_build)
 
 
-def dense_paged_build(device: torch.device, heads: int, top_k: int, capacity: int, block_size: int) -> DenseVariant | None:
-    """The dense kernels' paged build dense_paged_mqa_topk runs for a step whose block-table rows hold
-    `capacity` tokens, or None where there is none (not Hopper, a block size off 64)."""
+def dense_paged_build(device: torch.device, heads: int, top_k: int, capacity: int, block_size: int,
+                      next_n: int) -> DenseVariant | None:
+    """The dense kernels' paged build dense_paged_mqa_topk runs for a decode step of next_n rows a
+    request whose block-table rows hold `capacity` tokens (DenseVariant.decode_build), or None where
+    there is none (not Hopper, a block size off 64)."""
     variant = dense_variant_for(device, heads, top_k, capacity)
-    return _paged_build(variant, block_size) if variant is not None and block_size % 64 == 0 else None
+    return _decode_build(variant, block_size, next_n) if variant is not None and block_size % 64 == 0 else None
 
 
 class DecodeRoute(NamedTuple):
@@ -314,7 +316,8 @@ def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | 
     entry = table.nearest(problem.heads, problem.top_k, problem.next_n, problem.batch, problem.capacity)
     if entry is None or entry.use(planned) == "kernel":
         return None, DecodeRoute(table, entry, planned)
-    variant = dense_paged_build(problem.device, problem.heads, problem.top_k, problem.capacity, problem.block_size)
+    variant = dense_paged_build(problem.device, problem.heads, problem.top_k, problem.capacity, problem.block_size,
+                                problem.next_n)
     return variant, DecodeRoute(table, entry, planned, variant is None)
 
 

@@ -191,7 +191,7 @@ def cluster_ctas_of(wl) -> int:
     from runtime.scoring import window_pieces
 
     capacity = wl.block_table.shape[1] * wl.kv_cache.shape[1]
-    build = dense_paged_build(torch.device("cuda"), wl.heads, wl.top_k, capacity, wl.kv_cache.shape[1])
+    build = dense_paged_build(torch.device("cuda"), wl.heads, wl.top_k, capacity, wl.kv_cache.shape[1], wl.next_n)
     window, piece_rows = window_pieces(wl.batch * wl.next_n, capacity, capacity, DEFAULT_LOGITS_BUDGET)
     return load(build).cluster_topk_ctas(window, piece_rows)
 
@@ -248,7 +248,7 @@ def test_the_layout_made_in_one_launch_is_decode_layouts(next_n):
 
     lens = torch.tensor([5000, 0, -3, 1 << 20, 64, 1], dtype=torch.int32, device="cuda")
     table = torch.randint(-5, 40, (6, 100), dtype=torch.int32, device="cuda")[:, :90]
-    build = dense_paged_build(torch.device("cuda"), 64, 2048, 90 * 64, 64)
+    build = dense_paged_build(torch.device("cuda"), 64, 2048, 90 * 64, 64, next_n)
     mine = launched_decode_layout(build, lens, table, next_n, 37)
     theirs = decode_layout(lens, table, next_n, 64, 37)
     for a, b in zip(mine[:3], theirs[:3]):

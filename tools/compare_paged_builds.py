@@ -5,7 +5,9 @@ request's blocks shuffled, block size 64) the default variant (runtime/paged_var
 as .ablate/<variant>/<BUILD>.so (`tools/ablate.py build VARIANT --as BUILD`, at the commit before
 the change and after it). With --dense, the dense kernels' paged build the runtime takes for the step
 instead (runtime.paged.dense_paged_build: its logits and top-k kernels, the step's layout given, as
-dispatch runs them with a layout), and --parts does not apply. Both builds run the step at the
+dispatch runs them with a layout), and --parts does not apply; a build named LABEL:rows=R is that
+build's variant with R rows a block (.ablate/<that variant>/LABEL.so), to time a change of the rows a
+step's build takes. Both builds run the step at the
 runtime's split (--parts: at each of these splits instead), and their answers must be the same bytes at every split (both are exact with
 one tie-break and one order; the scan's arithmetic is theirs alike); the last build's is also checked
 by the two-sided rule on up to 64 rows. Each build is captured once in a CUDA graph and its replays timed in rounds that alternate the builds (a single
@@ -33,7 +35,8 @@ def main() -> int:
     p.add_argument("--heads", type=int, action="append", default=[])
     p.add_argument("--top-k", dest="top_k", type=int, action="append", default=[])
     p.add_argument("--next-n", dest="next_n", type=int, action="append", default=[])
-    p.add_argument("--build", action="append", required=True, help="build names, .ablate/<variant>/<BUILD>.so")
+    p.add_argument("--build", action="append", required=True,
+                   help="build names, .ablate/<variant>/<BUILD>.so (--dense: LABEL:rows=R, see above)")
     p.add_argument("--out", default=".ablate")
     p.add_argument("--parts", type=int, action="append", default=[],
                    help="time each step at these parts per request (default: the runtime's split, parts_for)")
@@ -49,7 +52,7 @@ def main() -> int:
     from generator.paged_workloads import PagedWorkload, verify_paged
     from generator.timing import geometric_mean, median_ms
     from runtime.dense import run_dense_paged
-    from runtime.loader import DenseLibrary, PagedLibrary
+    from runtime.loader import PagedLibrary
     from runtime.paged import decode_layout, dense_paged_build, parts_for
     from runtime.paged_variant import default_paged_variant
 
@@ -64,8 +67,8 @@ def main() -> int:
                 capacity = table.shape[1] * cache.shape[1]
                 for top_k in args.top_k or [2048]:
                     if args.dense:
-                        variant = dense_paged_build(q.device, heads, top_k, capacity, cache.shape[1])
-                        libs = [DenseLibrary(variant, str(Path(args.out) / variant.name / f"{b}.so")) for b in args.build]
+                        variant = dense_paged_build(q.device, heads, top_k, capacity, cache.shape[1], next_n)
+                        libs = [dense_build(variant, b, args.out) for b in args.build]
                         layout = decode_layout(lens, table, next_n, cache.shape[1], cache.shape[0])
                         flat_q = q.reshape(batch * next_n, heads, 128)
                     else:
@@ -79,7 +82,7 @@ def main() -> int:
                             if args.dense:  # (the logits are allocated in the call, as the runtime's are)
                                 ws = None
                                 launch = lambda lib=lib, out=out: run_dense_paged(  # noqa: E731
-                                    variant, flat_q, cache, weights, layout, top_k, capacity, out=out, lib=lib)
+                                    lib.variant, flat_q, cache, weights, layout, top_k, capacity, out=out, lib=lib)
                             else:
                                 ws = torch.empty(lib.workspace_bytes(batch, parts), dtype=torch.uint8, device="cuda")
                                 launch = lambda lib=lib, out=out, ws=ws: lib.launch(  # noqa: E731
@@ -126,6 +129,17 @@ def main() -> int:
     if log:
         log.close()
     return 0
+
+
+def dense_build(variant, build: str, folder: str):
+    """The library of `build` (LABEL or LABEL:rows=R) for a step whose dense paged build is `variant`."""
+    from dataclasses import replace
+
+    from runtime.loader import DenseLibrary
+
+    label, _, rows = build.partition(":rows=")
+    variant = replace(variant, rows=int(rows)) if rows else variant
+    return DenseLibrary(variant, str(Path(folder) / variant.name / f"{label}.so"))
 
 
 if __name__ == "__main__":
