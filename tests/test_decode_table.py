@@ -69,16 +69,33 @@ def test_entries_keep_their_times(field):
 
 def test_the_decode_grid_builds_the_paged_defaults_and_both_dense_builds():
     """decode --tune (and tune's decode part) builds first what the grid runs: the paged kernel's
-    defaults at every next_n and our dense kernels' short-row and long-row paged builds."""
+    defaults at every next_n and our dense kernels' short-row and long-row decode builds at every
+    next_n."""
     from generator.paged_bench import NEXT_N, decode_variants
     from runtime.dense_variant import default_dense_variant
     from runtime.paged_variant import default_paged_variant
 
     names = set(decode_variants((64,), (512, 2048)))
     assert {default_paged_variant(64, k, n, 64).name for k in (512, 2048) for n in NEXT_N} <= names
-    dense = {default_dense_variant(64, k, short_rows=s).paged_build(64).name for k in (512, 2048) for s in (True, False)}
-    assert dense <= names
+    dense = {default_dense_variant(64, k, short_rows=s).decode_build(64, n).name
+             for k in (512, 2048) for s in (True, False) for n in NEXT_N}
+    assert dense <= names and any("_r1_" in n for n in dense) and any("_r2_" in n for n in dense)
     assert not any("_h32_" in n for n in names)
+
+
+@pytest.mark.parametrize(("heads", "rows_by_next_n"), [(64, {1: 1, 2: 2, 3: 2, 4: 2}), (32, {1: 2, 2: 2, 3: 4, 4: 4})])
+def test_a_decode_steps_dense_build_holds_a_requests_rows_a_block(heads, rows_by_next_n):
+    """DenseVariant.decode_build: a block's rows cut to next_n (in a decode step only a request's rows
+    share keys), rounded up to a multiple of 64 / heads (the wgmma's N), never above the variant's
+    own; every such build a valid paged variant."""
+    from runtime.dense_variant import default_dense_variant, dense_rejection_reason
+
+    for short in (True, False):
+        base = default_dense_variant(heads, 2048, short_rows=short)
+        for next_n, rows in rows_by_next_n.items():
+            build = base.decode_build(64, next_n)
+            assert (build.rows, build.page_block_size) == (rows, 64) and rows <= base.rows
+            assert dense_rejection_reason(build) is None
 
 
 def test_tune_runs_the_decode_grid_unless_told_not_to():
