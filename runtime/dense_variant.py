@@ -128,10 +128,10 @@ class DenseVariant:
         """The resident route's shared memory (the template's ResidentShared): the slice's fp32 logits and
         its answer bitmap, rank 0's buffer for the k-th's bin (half the one-CTA kernel's, codes and
         keys), this CTA's and the cluster's coarse bins, the select scratch, a word a warp, two a cluster CTA
-        and 8 more."""
+        and 6 more."""
         keys = self.cluster_resident_keys
         return (keys * 4 + keys // 8 + self.topk_buffer // 2 * 8 + 2 * COARSE_BINS * 4 + RADIX_SCRATCH_BYTES
-                + 4 * (self.topk_threads // 32) + (2 * MAX_CLUSTER_CTAS + 8) * 4)
+                + 4 * (self.topk_threads // 32) + (2 * MAX_CLUSTER_CTAS + 6) * 4)
 
     def cluster_topk_smem_bytes(self) -> int:
         """The cluster top-k's launch: the larger of its two routes' shared memory (they share it)."""

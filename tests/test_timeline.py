@@ -109,6 +109,23 @@ def test_cluster_phases_are_microseconds_of_each_ctas_span():
     assert [round(phases[0][p], 3) for p in cluster_timeline.PHASES] == [0.5, 0.5, 0.1, 0.9, 0.0, 0.5, 1.5]
 
 
+def test_one_cta_row_phases_skip_the_unused_mark():
+    """The one-CTA-a-row top-k (its mark 9 set) marks 0-5 and 7, not 6: its six phases come from those;
+    a row that left the sampled route (no mark 4: the exact fallback) is not counted."""
+    from tools import cluster_timeline, timeline
+
+    m = np.zeros((timeline.CTAS, timeline.EVENTS, timeline.MARKS), dtype=np.uint64)
+    m[0, 0, :8] = [1000, 1400, 2000, 6000, 7000, 7200, 0, 9000]  # 8000 cycles
+    m[0, 0, cluster_timeline.ROW_MARK] = 1000
+    m[0, 0, timeline.GLOBAL_START], m[0, 0, timeline.GLOBAL_END] = 10_000, 14_000  # 0.5 ns a cycle
+    m[1, 0, :8] = [1000, 1400, 2000, 6000, 0, 0, 0, 9000]
+    m[1, 0, cluster_timeline.ROW_MARK] = 1000
+    m[1, 0, timeline.GLOBAL_START], m[1, 0, timeline.GLOBAL_END] = 10_000, 14_000
+    phases = cluster_timeline.cta_phases(m, 2)
+    assert len(phases) == 1 and phases[0]["route"] == "row"
+    assert [round(phases[0][p], 3) for p, _, _ in cluster_timeline.ROW_PHASES] == [0.2, 0.3, 2.0, 0.5, 0.1, 0.9]
+
+
 def test_report_takes_medians_over_launches():
     tool = load_tool()
     usual = tool.launch_phases(synthetic_marks(tool)) | {"ms": 1.0}

@@ -1,4 +1,4 @@
-"""Where the dense paged build's cluster top-k spends a decode step: clock marks from inside it.
+"""Where the dense paged build's top-k spends a decode step: clock marks from inside it.
 
 The cluster top-k (templates/dense_mqa_topk_sm90.cu.j2, paged builds: a few long rows, each over a
 cluster of CTAs) compiled with -DFUSED_MQA_TOPK_TIMELINE marks, in each CTA, the phases
@@ -16,6 +16,13 @@ and, where a slice fits its shared memory (the resident route, which marks 8 as 
     entries of the bin copied to rank 0) | barrier (the third) | select (rank 0 ranks the bin's
     entries, marks those taken and sends each CTA its place: a barrier) | answer (the bitmap's keys,
     ascending)
+
+and where a step has more rows than the cluster top-k's clusters fit the SMs at once, the one-CTA-a-row
+top-k (dense_topk_kernel, its sampled route; the kernel's own mark 9):
+
+    sample (its strided sample read) | gate (the sample's loose rank) | gather (the row's keys past the
+    gate into shared memory: one pass) | select (the top-k among them) | stage (the answer read back
+    into shared memory) | answer (written in ascending order)
 
     python tools/timeline.py build mqa_dense_..._pb64 --out .ablate          # here: nvcc
     python tools/cluster_timeline.py run mqa_dense_..._pb64 --out .ablate --shape 1x32768 [--next-n 1]  # GPU
@@ -40,6 +47,8 @@ from tools.timeline import GLOBAL_END, GLOBAL_START, Marks, cmd_build, library_p
 PHASES = ("gate", "gather", "counts", "rank", "ties", "places", "answer")  # between marks 0..7 of event 0
 RESIDENT_PHASES = ("load", "sums", "bin", "scan", "barrier", "select", "answer")  # between marks 0..7
 RESIDENT_MARK = 8
+ROW_PHASES = (("sample", 0, 1), ("gate", 1, 2), ("gather", 2, 3), ("select", 3, 4), ("stage", 4, 5), ("answer", 5, 7))
+ROW_MARK = 9  # (dense_topk_kernel's)
 
 
 def cta_phases(marks, ctas: int) -> list[dict]:
@@ -48,9 +57,15 @@ def cta_phases(marks, ctas: int) -> list[dict]:
     for cta in range(min(ctas, marks.shape[0])):
         m = [int(x) for x in marks[cta, 0, :8]]
         span_ns = int(marks[cta, 0, GLOBAL_END]) - int(marks[cta, 0, GLOBAL_START])
-        if 0 in m or span_ns <= 0 or m[7] <= m[0]:
-            continue  # (a CTA of a row shorter than top_k leaves at once)
+        row = int(marks[cta, 0, ROW_MARK]) != 0
+        marked = all(m[i] for _, a, b in ROW_PHASES for i in (a, b)) if row else 0 not in m
+        if not marked or span_ns <= 0 or m[7] <= m[0]:
+            continue  # (a CTA of a row shorter than top_k leaves at once; a row off the sampled route)
         ns_per_cycle = span_ns / (m[7] - m[0])
+        if row:
+            found.append({"route": "row", "span_us": span_ns / 1e3,
+                          **{p: (m[b] - m[a]) * ns_per_cycle / 1e3 for p, a, b in ROW_PHASES}})
+            continue
         resident = int(marks[cta, 0, RESIDENT_MARK]) != 0
         phases = RESIDENT_PHASES if resident else PHASES
         found.append({"route": "resident" if resident else "gate", "span_us": span_ns / 1e3,
@@ -82,9 +97,9 @@ def cmd_run(args) -> int:
             window, piece_rows = window_pieces(rows, layout.keys, capacity, DEFAULT_LOGITS_BUDGET)
             flat_q = q.reshape(rows, variant.heads, 128)
             out = torch.empty(rows, top_k, dtype=torch.int32, device="cuda")
-            ctas = lib.cluster_topk_ctas(window, piece_rows)
-            if not ctas or piece_rows < rows:
-                print(f"{name} {shape}: the cluster top-k does not take this step in one piece")
+            ctas = lib.cluster_topk_ctas(window, piece_rows) or 1  # (1: the one-CTA-a-row kernel)
+            if piece_rows < rows or window <= lib.short_row_keys:
+                print(f"{name} {shape}: not one piece, or the short-row top-k's (no marks)")
                 continue
             per_launch = []
             for _ in range(args.launches + 1):  # (the first: warm-up)
@@ -96,7 +111,8 @@ def cmd_run(args) -> int:
             report = verify_topk(out, flat_q, (k_fp8, k_scale), weights, ks, ke, top_k)
             assert report.ok, report.summary()
             routes = sorted({c["route"] for launch in per_launch[1:] for c in launch})
-            phases = RESIDENT_PHASES if routes == ["resident"] else PHASES if routes == ["gate"] else ()
+            phases = {"resident": RESIDENT_PHASES, "gate": PHASES, "row": tuple(p[0] for p in ROW_PHASES)}.get(
+                routes[0], ()) if len(routes) == 1 else ()
             medians = {p: statistics.median(statistics.median(c[p] for c in launch) for launch in per_launch[1:])
                        for p in ("span_us", *phases)}
             print(f"{name} {shape} next_n {args.next_n} {args.distribution} ({ctas} CTAs a row, {' and '.join(routes)} "
