@@ -20,7 +20,7 @@ and, where a slice fits its shared memory (the resident route, which marks 8 as 
 and where a step has more rows than the cluster top-k's clusters fit the SMs at once, the one-CTA-a-row
 top-k (dense_topk_kernel, its sampled route; the kernel's own mark 9):
 
-    sample (its strided sample read) | gate (the sample's loose rank) | gather (the row's keys past the
+    sample (its sample read, in runs) | gate (the sample's rank-r code) | gather (the row's keys past the
     gate into shared memory: one pass) | select (the top-k among them) | stage (the answer read back
     into shared memory) | answer (written in ascending order)
 
