@@ -23,8 +23,9 @@ from .arch import Arch, arch_for_capability
 from .contract import DIM, _capturing, _tensor, check_inputs, check_queries, check_top_k
 from .decode_table import DecodeEntry, DecodeTable, decode_table
 from .dense import run_dense_paged
-from .dense_kernels import dense_variant_for
+from .dense_kernels import DENSE_ENV, dense_variant_for
 from .dense_variant import DenseVariant
+from .environment import getenv
 from .fused import AUTO as FUSED_AUTO
 from .fused import run_checked
 from .gpu import device_identity
@@ -37,6 +38,7 @@ from .paged_variant import (
     default_paged_variant,
 )
 from .reference import reference_mqa_topk
+from .table import recently_looked
 
 AUTO = "auto"
 GATHERED = "gathered"  # the fallback: the request's keys gathered out of the cache, then fused_mqa_topk
@@ -321,6 +323,20 @@ def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | 
     return variant, DecodeRoute(table, entry, planned, variant is None)
 
 
+def _auto_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | None, PagedVariant | None]:
+    """Automatic dispatch's choice for a step: (the dense path's build, the paged kernel's variant) where
+    the decode table says the dense path is faster, else (None, the paged kernel's variant or None).
+    Every eager call asks, and the asking (the decode table, the dense build, the paged variant) was
+    about a tenth of a small step's host time, so the answer is kept per step shape and layout as the
+    table files are (runtime.table.recently_looked: RECHECK_S, and at once where the variables the
+    tables and the dense kernels follow change)."""
+    def look() -> tuple[DenseVariant | None, PagedVariant | None]:
+        chosen = paged_variant_for(problem)
+        return (_decode_route(problem, planned)[0] if chosen is not None else None), chosen
+
+    return recently_looked(("paged route", problem, planned, getenv(DENSE_ENV)), look)
+
+
 def paged_variant_for(problem: PagedProblem) -> PagedVariant | None:
     """The paged kernel for this shape on this device, or None where none serves (no_paged_kernel
     says why)."""
@@ -483,12 +499,13 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k: int, 
         return _into(out, gathered_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k))
     if name == DENSE:
         return dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k, out=out, layout=layout)
-    chosen = paged_variant_for(problem) if name == AUTO else PagedVariant.from_name(name)
-    if name == AUTO and chosen is not None:
-        dense, _ = _decode_route(problem, layout is not None)
+    if name == AUTO:
+        dense, chosen = _auto_route(problem, layout is not None)
         if dense is not None and load_or_warn(dense, "the paged kernel") is not None:
             return dense_paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, top_k, out=out, layout=layout,
                                         build=dense)
+    else:
+        chosen = PagedVariant.from_name(name)
     # (a forced variant that cannot be had raises KernelUnavailable from launch_paged's load; automatic
     # dispatch degrades to the gathered path with one warning)
     if chosen is not None and (name != AUTO or load_or_warn(chosen, "the gathered path") is not None):

@@ -238,6 +238,34 @@ def test_explain_paged_says_which_path_and_why():
     assert "path: gathered" in str(decision) and "why:" in str(decision)
 
 
+def test_automatic_dispatch_keeps_its_route_until_the_tables_or_the_dense_setting_change(monkeypatch):
+    """Every eager call asks for the route; it is worked out once a step shape, again after
+    forget_recent (a table written under the process) or a change of FUSED_MQA_TOPK_DENSE."""
+    import runtime.paged as paged
+    from runtime.dense_kernels import DENSE_ENV
+    from runtime.table import forget_recent
+
+    asked = []
+    monkeypatch.setattr(paged, "paged_variant_for", lambda problem: asked.append(problem))
+    monkeypatch.delenv(DENSE_ENV, raising=False)
+    forget_recent()
+    problem = check_paged_inputs(*make_paged_workload("random", [100, 200], 2, 32, 512, seed=0).args())
+    other = problem._replace(batch=problem.batch + 1)
+    for _ in range(3):
+        assert paged._auto_route(problem, True) == (None, None)
+    assert len(asked) == 1
+    paged._auto_route(problem, False)
+    paged._auto_route(other, True)
+    assert len(asked) == 3  # (a layout given or not, and another step shape, are asked apart)
+    forget_recent()
+    paged._auto_route(problem, True)
+    assert len(asked) == 4
+    monkeypatch.setenv(DENSE_ENV, "torch")
+    paged._auto_route(problem, True)
+    assert len(asked) == 5
+    forget_recent()
+
+
 def test_the_cli_takes_paged_variant_names_and_rejects_invalid_ones(capsys):
     from generator.__main__ import valid_specs
 

@@ -22,8 +22,13 @@ With --entry it times the public entries instead, as a server calls them, per sh
 
 and a cProfile of AUTO's host side (the functions that cost most, per call).
 
+With --paged it times the decode entry instead, per step (BATCHxCONTEXT at --next-n; random_step's
+data, block size 64): paged_mqa_topk (AUTO, validate=False) as called and with the step's layout
+given, each alone / host / graph as above, and a cProfile of the call with the layout given.
+
     python3 tools/overhead.py VARIANT --shape 4096x32768 [--shape ...]     # on the GPU
     python3 tools/overhead.py --entry --heads 32 --top-k 2048 --shape 1x8192 [--shape ...]
+    python3 tools/overhead.py --paged --heads 64 --top-k 2048 --next-n 1 --shape 1x8192 [--shape ...]
 """
 
 from __future__ import annotations
@@ -71,12 +76,54 @@ def host_ms(fn, reps: int = 50) -> float:
     return statistics.median(times)
 
 
-def entry_costs(shapes: list[str], heads: int, top_k: int) -> int:
+def print_profile(fn, calls: int = 200) -> None:
+    """The host functions that cost most over `calls` calls of fn (cProfile, by own time)."""
     import cProfile
     import io
     import pstats
 
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        fn()
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
+    print("\n".join("    " + line for line in text.getvalue().splitlines() if line.strip()), flush=True)
+
+
+def time_calls(calls: dict) -> None:
+    """Each call alone, its host time and (validate=False) its graph-replayed time, a line each."""
     from generator.timing import median_ms
+
+    for name, fn in calls.items():
+        alone = median_ms(fn, warmup=5, reps=50)
+        host = host_ms(fn)
+        try:
+            graph = f"{per_call_ms(fn, graph=True) * 1e3:.1f} us" if "validate=False" in name else "-"
+        except RuntimeError as e:
+            graph = f"not capturable ({str(e).splitlines()[0]})"
+        print(f"  {name:22s} alone {alone * 1e3:7.1f} us, host {host * 1e3:7.1f} us, graph {graph}", flush=True)
+
+
+def paged_costs(shapes: list[str], heads: int, top_k: int, next_n: int) -> int:
+    from generator.paged_bench import random_step
+    from runtime.paged import decode_layout, explain_paged, paged_mqa_topk
+
+    for spec in shapes:
+        batch, context = (int(x) for x in spec.split("x"))
+        q, cache, weights, lens, table = random_step(batch, context, next_n, heads, top_k)[:5]
+        args = (q, cache, weights, lens, table, top_k)
+        layout = decode_layout(lens, table, next_n, cache.shape[1], cache.shape[0])
+        print(f"h{heads} k{top_k} {batch}x{context} next_n {next_n}: {explain_paged(*args).path} as called, "
+              f"{explain_paged(*args, layout=layout).path} with the layout given", flush=True)
+        time_calls({"AUTO validate=False": lambda: paged_mqa_topk(*args, validate=False),
+                    "layout validate=False": lambda: paged_mqa_topk(*args, validate=False, layout=layout)})
+        print_profile(lambda: paged_mqa_topk(*args, validate=False, layout=layout))
+    return 0
+
+
+def entry_costs(shapes: list[str], heads: int, top_k: int) -> int:
     from generator.workloads import make_workload
     from runtime import dense_mqa_topk, explain, fused_mqa_topk
 
@@ -85,25 +132,10 @@ def entry_costs(shapes: list[str], heads: int, top_k: int) -> int:
         wl = make_workload("random", rows, keys, heads, top_k, seed=1, device="cuda")
         args = wl.args()
         print(f"h{heads} k{top_k} {rows}x{keys}: {explain(*args).path} ({explain(*args).why})", flush=True)
-        calls = {"AUTO validate=False": lambda: fused_mqa_topk(*args, validate=False),
-                 "AUTO validate=True": lambda: fused_mqa_topk(*args),
-                 "dense validate=False": lambda: dense_mqa_topk(*args, validate=False)}
-        for name, fn in calls.items():
-            alone = median_ms(fn, warmup=5, reps=50)
-            host = host_ms(fn)
-            try:
-                graph = f"{per_call_ms(fn, graph=True) * 1e3:.1f} us" if "validate=False" in name else "-"
-            except RuntimeError as e:
-                graph = f"not capturable ({str(e).splitlines()[0]})"
-            print(f"  {name:22s} alone {alone * 1e3:7.1f} us, host {host * 1e3:7.1f} us, graph {graph}", flush=True)
-        profile = cProfile.Profile()
-        profile.enable()
-        for _ in range(200):
-            fused_mqa_topk(*args, validate=False)
-        profile.disable()
-        text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(12)
-        print("\n".join("    " + line for line in text.getvalue().splitlines() if line.strip()), flush=True)
+        time_calls({"AUTO validate=False": lambda: fused_mqa_topk(*args, validate=False),
+                    "AUTO validate=True": lambda: fused_mqa_topk(*args),
+                    "dense validate=False": lambda: dense_mqa_topk(*args, validate=False)})
+        print_profile(lambda: fused_mqa_topk(*args, validate=False))
     return 0
 
 
@@ -112,11 +144,15 @@ def main() -> int:
     p.add_argument("variant", nargs="?")
     p.add_argument("--shape", action="append", default=[], metavar="MxN")
     p.add_argument("--entry", action="store_true", help="time the public entries, not one variant's launch")
+    p.add_argument("--paged", action="store_true", help="time the decode entry (paged_mqa_topk) on decode steps")
+    p.add_argument("--next-n", type=int, default=1)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--top-k", type=int, default=2048)
     args = p.parse_args()
     if args.entry:
         return entry_costs(args.shape or ["1x8192"], args.heads, args.top_k)
+    if args.paged:
+        return paged_costs(args.shape or ["1x8192"], args.heads, args.top_k, args.next_n)
     if not args.variant:
         p.error("give a VARIANT, or --entry")
 
