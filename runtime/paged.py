@@ -327,7 +327,7 @@ def _auto_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | No
     """Automatic dispatch's choice for a step: (the dense path's build, the paged kernel's variant) where
     the decode table says the dense path is faster, else (None, the paged kernel's variant or None).
     Every eager call asks, and the asking (the decode table, the dense build, the paged variant) was
-    about a tenth of a small step's host time, so the answer is kept per step shape and layout as the
+    a tenth or more of a small step's host time, so the answer is kept per step shape and layout as the
     table files are (runtime.table.recently_looked: RECHECK_S, and at once where the variables the
     tables and the dense kernels follow change)."""
     def look() -> tuple[DenseVariant | None, PagedVariant | None]:

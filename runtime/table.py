@@ -141,6 +141,8 @@ def recently_looked(key, look):
     if seen is not None and now - seen[0] < RECHECK_S:
         return seen[1]
     answer = look()
+    if len(_recent) >= 4096:  # (runtime.paged keeps a route per step shape, and a server sends many)
+        _recent.clear()
     _recent[(key, user)] = (now, answer)
     return answer
 
