@@ -1,0 +1,141 @@
+"""A cheaper scan epilogue on paper: how many keys a rigorous fp16 gate lets through (CPU, no GPU).
+
+The exact epilogue costs two fp32 instructions a (row, head, key) element, FMNMX and FFMA, and caps
+the fused scan at 0.80-0.88 of the fp8 floor (BENCHMARKS.md, "Where the scan's time goes"). The
+gate modelled here would cost 1.5: each pair of fp32 products rounded to a half2 (F2FP), relu
+(HMNMX2) and the weighted head sum (HFMA2) in packed fp16, in two chains, P over the heads whose
+weight is positive and M over the others (a row's heads put in that order, which the sum allows),
+each a chain of fused multiply-adds. A key is a candidate when
+
+    scale_k * (P - M + B) >= T,   B = 2u * sum_h |w_h| |a_h| + gamma(n) * (P + M) + absolute terms,
+
+T a lower bound on the row's exact k-th score, u = 2^-11, gamma(n) = n u / (1 - n u) for the longer
+chain. B bounds |fp16 gate - exact epilogue| over the fp32 products a_h: the rounding of a_h and of
+w_h to fp16 (u each, relative; 2^-25 absolute below fp16's normal range) and the chain's roundings
+(gamma(n) of its terms' sum). sum_h |w_h| |a_h| = 2 (P + M) - sum_h |w_h| a_h, and the last sum is
+(sum_h |w_h| q_h) . k: one more product column a row on the tensor core, so the bound costs a few
+instructions a key, not an element. Keys that pass are scored again exactly.
+
+For each workload family this prints how many keys the gate passes over the keys at or above the
+row's exact k-th score (what an exact gate at that score passes; median and worst over rows), the rows
+whose k-th score most of the row ties (every gate passes them all; left out of the ratio), the worst
+|gate - exact| over B (at most 1, or the bound is wrong) and the keys whose products leave fp16's
+range (they would need a per-row scale). T is the exact k-th score here: the ratio is the least a
+real gate, whose T comes from a sample, would pass.
+
+    python3 tools/half_gate.py [--keys 32768] [--heads 64] [--top-k 2048] [--rows 4] [--family random ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+U = 2.0 ** -11        # fp16 unit roundoff
+TINY = 2.0 ** -25     # fp16's absolute rounding error below its normal range (half its least subnormal)
+F16_MAX = 65504.0
+
+
+def gamma(n: int) -> float:
+    return n * U / (1 - n * U)
+
+
+def fma_chain(w16: torch.Tensor, r16: torch.Tensor) -> torch.Tensor:
+    """sum_h w16[h] * r16[h, key] over the heads in order, one fp16 rounding a step (HFMA2's fused
+    multiply-add: the product of two fp16 values is exact in fp64, so one rounding of the fp64 sum)."""
+    acc = torch.zeros(r16.shape[1], dtype=torch.float64)
+    for h in range(r16.shape[0]):
+        acc = (w16[h].double() * r16[h].double() + acc).to(torch.float16).double()
+    return acc
+
+
+def chains(w16: torch.Tensor, r16: torch.Tensor, length: int) -> torch.Tensor:
+    """The heads in chains of at most `length` (fma_chain each), their results added in fp32 (a few
+    instructions a key: each chain's fp16 result is exact in fp32, the adds' error left out)."""
+    total = torch.zeros(r16.shape[1], dtype=torch.float64)
+    for h in range(0, r16.shape[0], length):
+        total = total + fma_chain(w16[h:h + length], r16[h:h + length])
+    return total
+
+
+def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64) -> dict:
+    """One row: a [heads, keys] fp32 products, w [heads] fp32 weights, chains of at most `length`
+    heads. The exact epilogue (fp64 over the fp32 values), the fp16 gate P - M, its bound B and how
+    many products leave fp16's range."""
+    a64, w64 = a.double(), w.double()
+    exact = (w64[:, None] * a64.clamp(min=0)).sum(0)
+    r16 = a.to(torch.float16).clamp(min=0)  # (relu after the rounding: HMNMX2 on the half2)
+    w16 = w.to(torch.float16)
+    pos, neg = w64 > 0, w64 < 0
+    p = chains(w16[pos], r16[pos], length) if pos.any() else torch.zeros_like(exact)
+    m = chains(-w16[neg], r16[neg], length) if neg.any() else torch.zeros_like(exact)
+    n = min(max(int(pos.sum()), int(neg.sum()), 1), length)
+    # The bound, from what the kernel would have: P, M and the extra column L = sum_h |w_h| a_h (taken as
+    # exact: its fp32 accumulation's error, about 2^-17 of sum_h |w_h| sum_d |q_hd k_d|, is left out).
+    # With R = sum_h |w_h| relu(a_h) and S = sum_h |w_h| |a_h| = 2R - L: |P + M - R| <= E, where
+    # E = 2u S + gamma(n) R' + absolute terms, R' = the chains' exact sum <= (P + M) / (1 - gamma(n)),
+    # so S <= 2(P + M) + 2E - L, solved for S.
+    heads = a.shape[0]
+    chain_sums = (p + m) / (1 - gamma(n))
+    absolute = heads * TINY * (2 * w64.abs().max() + 1) + 2 * n * TINY
+    abs_linear = (w64.abs()[:, None] * a64).sum(0)
+    abs_sum = ((2 * (p + m) + 2 * gamma(n) * chain_sums + 2 * absolute - abs_linear) / (1 - 4 * U)).clamp(min=0)
+    bound = 2 * U * abs_sum + gamma(n) * chain_sums + absolute
+    return {"exact": exact, "gate": p - m, "bound": bound, "outside": int((a.abs() > F16_MAX).any(0).sum())}
+
+
+def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int = 64, seed: int = 0) -> dict:
+    """The gate over `rows` rows of a workload family (each row over every key: a long chunk's last
+    rows), against the exact top_k of each row."""
+    from generator.workloads import make_workload
+
+    wl = make_workload(family, rows, keys, heads, top_k, seed=seed)
+    q = wl.q.float()  # [rows, heads, 128]
+    k = wl.k_fp8.float()
+    ratios, tied = [], 0
+    worst = outside = 0.0
+    for r in range(rows):
+        a = (q[r].double() @ k.double().T).float()  # the fp32 products (wgmma accumulates in fp32)
+        g = gate_row(a, wl.weights[r].float(), length)
+        scale = wl.k_scale.double()
+        exact, gate, bound = g["exact"] * scale, g["gate"] * scale, g["bound"] * scale
+        threshold = exact.topk(min(top_k, keys)).values[-1]
+        at_or_above = int((exact >= threshold).sum())
+        if at_or_above > 2 * top_k:  # (the k-th score tied by most of the row: any gate passes them all)
+            tied += 1
+        else:
+            ratios.append(float(((gate + bound) >= threshold).sum()) / at_or_above)
+        worst = max(worst, float(((gate - exact).abs() / bound.clamp(min=1e-300)).max()))
+        outside += g["outside"]
+    ratios.sort()
+    return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length,
+            "median_ratio": ratios[len(ratios) // 2] if ratios else None, "worst_ratio": ratios[-1] if ratios else None,
+            "tied_rows": tied, "worst_error_over_bound": worst, "keys_outside_fp16": outside / rows}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--keys", type=int, default=32768)
+    p.add_argument("--heads", type=int, default=64)
+    p.add_argument("--top-k", type=int, default=2048)
+    p.add_argument("--rows", type=int, default=4)
+    p.add_argument("--chain", type=int, default=64, help="heads a chain at most (the heads of one sign split into chains)")
+    p.add_argument("--family", action="append", help="workload families (default: random, signed_weights, peaked)")
+    args = p.parse_args()
+    for family in args.family or ["random", "signed_weights", "peaked"]:
+        s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain)
+        ratios = ("no row without ties" if s["median_ratio"] is None else
+                  f"{s['median_ratio']:.3f}x the keys at or above the k-th score (median over rows), {s['worst_ratio']:.3f}x at worst")
+        print(f"{family:16s} H={s['heads']} top-{s['top_k']} {s['keys']} keys, chains of {s['chain']}: the gate passes {ratios}; "
+              f"{s['tied_rows']} of {s['rows']} rows tied at the k-th; worst error {s['worst_error_over_bound']:.3f} of its "
+              f"bound; keys with products outside fp16: {s['keys_outside_fp16']:.0f} a row", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
