@@ -1,6 +1,7 @@
 """How the fp8 tensor cores accumulate, and how far the kernels' scores stray from exact (GPU).
 
     python tools/accumulation.py [--trials 32768] [--rows 32 --keys 8192] [--out results.json]
+    python tools/accumulation.py --f16-steps 1 --f16-steps 4     # the fp16-accumulating mma.sync alone
 
 1. The instructions. Random e4m3 values over the whole range (subnormals and zeros included) go
    through mma.sync m16n8k32 (tools/mma_probe.cu, the portable kernels' instruction, chained four
@@ -53,9 +54,8 @@ def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Te
             "largest |obs - exact| / sum |terms|": float(((obs - exact).abs() / magnitude.clamp(min=1e-300)).max())}
 
 
-def probe_mma_sync(trials: int, gen) -> dict:
-    """Every warp of tools/mma_probe.cu: 16 rows of A against 8 of B over 128 dims, from C (half the
-    trials from 0): a trial is one (row, column) result."""
+def probe_library() -> ctypes.CDLL:
+    """tools/mma_probe.cu, compiled here for sm_89 and sm_90a."""
     from runtime.toolchain import nvcc_path
 
     lib_path = Path(tempfile.mkdtemp()) / "mma_probe.so"
@@ -63,7 +63,46 @@ def probe_mma_sync(trials: int, gen) -> dict:
                     "-gencode", "arch=compute_90a,code=sm_90a", "-o", str(lib_path),
                     str(Path(__file__).with_name("mma_probe.cu"))], check=True)
     lib = ctypes.CDLL(str(lib_path))
-    lib.mma_probe.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.mma_probe.argtypes = lib.mma_probe_f16.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    return lib
+
+
+def probe_mma_sync_f16(trials: int, gen, steps: int) -> dict:
+    """tools/mma_probe.cu's fp16-accumulating mma.sync, `steps` chained instructions of 32 products
+    each from a random fp16 C (a quarter of the trials from 0), on normal e4m3 values (products and
+    sums well inside fp16's range). Shares of the results reproduced by the exact sum rounded to fp16
+    once an instruction (each instruction's 32 products and C exactly, then one rounding) and once at
+    the end, and the largest |result - exact| over (|C| + sum |products|), in units of u = 2^-11:
+    what a rigorous bound for an fp16-accumulated dot product may assume."""
+    lib = probe_library()
+    groups = max(1, trials // 128)
+    k = 32 * steps
+    a = torch.randn(groups, 16, k, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(groups, 8, k, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    c = (torch.randn(groups, 16, 8, generator=gen, device="cuda") * 8).half()
+    c[:, :, :2] = 0
+    d = torch.empty_like(c)
+    err = lib.mma_probe_f16(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), groups, steps,
+                            torch.cuda.current_stream().cuda_stream)
+    assert err == 0, err
+    torch.cuda.synchronize()
+    a64, b64, obs = a.double(), b.double(), d.double()
+    per_instruction = c.double()
+    for s in range(steps):
+        part = torch.einsum("gik,gjk->gij", a64[:, :, 32 * s:32 * s + 32], b64[:, :, 32 * s:32 * s + 32])
+        per_instruction = (per_instruction + part).half().double()
+    exact = c.double() + torch.einsum("gik,gjk->gij", a64, b64)
+    magnitude = c.double().abs() + torch.einsum("gik,gjk->gij", a64.abs(), b64.abs())
+    return {"trials": obs.numel(), "steps": steps,
+            "rounded once an instruction, share": float((obs == per_instruction).float().mean()),
+            "rounded once at the end, share": float((obs == exact.half().double()).float().mean()),
+            "largest |obs - exact| / (|C| + sum |terms|), in u": float(((obs - exact).abs() / magnitude).max()) / 2.0 ** -11}
+
+
+def probe_mma_sync(trials: int, gen) -> dict:
+    """Every warp of tools/mma_probe.cu: 16 rows of A against 8 of B over 128 dims, from C (half the
+    trials from 0): a trial is one (row, column) result."""
+    lib = probe_library()
     groups = max(1, trials // 128)
     a = random_e4m3((groups, 16, 128), gen, "cuda")
     b = random_e4m3((groups, 8, 128), gen, "cuda")
@@ -163,10 +202,17 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--keys", type=int, default=12_288)
     ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--f16-steps", type=int, action="append",
+                    help="instead: the fp16-accumulating mma.sync over this many chained instructions (repeatable)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU with fp8 tensor cores")
         return 2
+    if args.f16_steps:
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        for steps in args.f16_steps:
+            print(json.dumps(probe_mma_sync_f16(args.trials, gen, steps)), flush=True)
+        return 0
     from generator.workloads import FAMILIES
 
     gen = torch.Generator(device="cuda").manual_seed(1)
