@@ -39,7 +39,7 @@ def software_record() -> dict:
     """torch, its CUDA, and nvcc where there is one."""
     import torch
 
-    from runtime.build import nvcc_version_or_none
+    from runtime.toolchain import nvcc_version_or_none
 
     record = {"torch": torch.__version__, "cuda": torch.version.cuda}
     nvcc = nvcc_version_or_none()

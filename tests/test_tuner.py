@@ -429,6 +429,18 @@ def test_entries_record_their_provenance_and_the_table_its_code(tmp_path):
     assert {"fused_spread", "dense_spread"} <= set(e)
 
 
+def test_the_software_a_table_records_is_read_without_a_gpu():
+    """tune's table records torch, its CUDA and nvcc (generator.provenance.software_record): an import
+    of it that broke made every GPU run of `tune` fail before its first trial."""
+    import torch
+
+    from generator.provenance import software_record
+    from runtime.toolchain import nvcc_version_or_none
+
+    record = software_record()
+    assert record["torch"] == torch.__version__ and record.get("nvcc") == nvcc_version_or_none()
+
+
 def test_a_stored_study_is_never_reused_for_another_gpu(tmp_path):
     storage = f"sqlite:///{tmp_path / 'tune.db'}"
     bucket = Bucket(64, 2048, 4096, 65536)
