@@ -6,25 +6,41 @@
 #include "../templates/common/primitives.cuh"
 #include <cuda_fp16.h>
 
-__global__ void probe_kernel(const uint8_t* a, const uint8_t* b, const float* c, float* d, int steps) {
-    const int group = blockIdx.x, lane = threadIdx.x, g = lane >> 2, t = lane & 3;
-    const int k_len = 32 * steps;
-    const uint8_t* A = a + (size_t)group * 16 * k_len;
-    const uint8_t* B = b + (size_t)group * 8 * k_len;
-    const float* C = c + (size_t)group * 128;
-    float acc[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
-    for (int s = 0; s < steps; ++s) {
-        const int k0 = 32 * s;
-        uint32_t fa[4], fb[2];
+// A warp's share of the probe: its group's A and B (rows of 32 * steps e4m3), the lane's place (g, t)
+// in the 16 x 8 tile and the group's first of its 128 results.
+struct Warp {
+    const uint8_t* A;
+    const uint8_t* B;
+    int k_len, g, t;
+    size_t at;
+
+    __device__ Warp(const uint8_t* a, const uint8_t* b, int steps)
+        : k_len(32 * steps), g(int(threadIdx.x) >> 2), t(int(threadIdx.x) & 3), at((size_t)blockIdx.x * 128) {
+        A = a + (size_t)blockIdx.x * 16 * k_len;
+        B = b + (size_t)blockIdx.x * 8 * k_len;
+    }
+    // The lane's fragments of A (rows g, g + 8) and B (column g) for the 32 products from k0.
+    __device__ void fragments(int k0, uint32_t (&fa)[4], uint32_t (&fb)[2]) const {
         fa[0] = *reinterpret_cast<const uint32_t*>(A + g * k_len + k0 + 4 * t);
         fa[1] = *reinterpret_cast<const uint32_t*>(A + (g + 8) * k_len + k0 + 4 * t);
         fa[2] = *reinterpret_cast<const uint32_t*>(A + g * k_len + k0 + 16 + 4 * t);
         fa[3] = *reinterpret_cast<const uint32_t*>(A + (g + 8) * k_len + k0 + 16 + 4 * t);
         fb[0] = *reinterpret_cast<const uint32_t*>(B + g * k_len + k0 + 4 * t);
         fb[1] = *reinterpret_cast<const uint32_t*>(B + g * k_len + k0 + 16 + 4 * t);
+    }
+};
+
+__global__ void probe_kernel(const uint8_t* a, const uint8_t* b, const float* c, float* d, int steps) {
+    const Warp w(a, b, steps);
+    const int g = w.g, t = w.t;
+    const float* C = c + w.at;
+    float acc[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+    for (int s = 0; s < steps; ++s) {
+        uint32_t fa[4], fb[2];
+        w.fragments(32 * s, fa, fb);
         prim::mma_e4m3_16x8x32(acc, fa, fb[0], fb[1]);
     }
-    float* D = d + (size_t)group * 128;
+    float* D = d + w.at;
     D[g * 8 + 2 * t] = acc[0];
     D[g * 8 + 2 * t + 1] = acc[1];
     D[(g + 8) * 8 + 2 * t] = acc[2];
@@ -41,29 +57,21 @@ extern "C" int mma_probe(const void* a, const void* b, const float* c, float* d,
 // rounds an fp16 accumulation, which bounds a scan epilogue gated in fp16 (tools/half_gate.py).
 // C and D: [groups, 16, 8] fp16.
 __global__ void probe_f16_kernel(const uint8_t* a, const uint8_t* b, const __half* c, __half* d, int steps) {
-    const int group = blockIdx.x, lane = threadIdx.x, g = lane >> 2, t = lane & 3;
-    const int k_len = 32 * steps;
-    const uint8_t* A = a + (size_t)group * 16 * k_len;
-    const uint8_t* B = b + (size_t)group * 8 * k_len;
-    const __half* C = c + (size_t)group * 128;
+    const Warp w(a, b, steps);
+    const int g = w.g, t = w.t;
+    const __half* C = c + w.at;
     __half2 acc[2] = {__halves2half2(C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1]),
                       __halves2half2(C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1])};
     uint32_t* acc_bits = reinterpret_cast<uint32_t*>(acc);
     for (int s = 0; s < steps; ++s) {
-        const int k0 = 32 * s;
         uint32_t fa[4], fb[2];
-        fa[0] = *reinterpret_cast<const uint32_t*>(A + g * k_len + k0 + 4 * t);
-        fa[1] = *reinterpret_cast<const uint32_t*>(A + (g + 8) * k_len + k0 + 4 * t);
-        fa[2] = *reinterpret_cast<const uint32_t*>(A + g * k_len + k0 + 16 + 4 * t);
-        fa[3] = *reinterpret_cast<const uint32_t*>(A + (g + 8) * k_len + k0 + 16 + 4 * t);
-        fb[0] = *reinterpret_cast<const uint32_t*>(B + g * k_len + k0 + 4 * t);
-        fb[1] = *reinterpret_cast<const uint32_t*>(B + g * k_len + k0 + 16 + 4 * t);
+        w.fragments(32 * s, fa, fb);
         asm volatile(
             "mma.sync.aligned.m16n8k32.row.col.f16.e4m3.e4m3.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%0,%1};\n"
             : "+r"(acc_bits[0]), "+r"(acc_bits[1])
             : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[0]), "r"(fb[1]));
     }
-    __half* D = d + (size_t)group * 128;
+    __half* D = d + w.at;
     D[g * 8 + 2 * t] = __low2half(acc[0]);
     D[g * 8 + 2 * t + 1] = __high2half(acc[0]);
     D[(g + 8) * 8 + 2 * t] = __low2half(acc[1]);
