@@ -11,9 +11,9 @@ from tools.half_gate import gate_row, study
 
 
 @pytest.mark.parametrize("family", ["random", "signed_weights", "wide_range", "large_offset", "mostly_zero", "bursts"])
-@pytest.mark.parametrize("chain", [64, 8])
-def test_the_fp16_gate_stays_within_its_bound(family, chain):
-    s = study(family, keys=2048, heads=64, top_k=512, rows=2, length=chain)
+@pytest.mark.parametrize("chain,accumulate", [(64, "fp32"), (8, "fp32"), (16, "fp16")])
+def test_the_fp16_gate_stays_within_its_bound(family, chain, accumulate):
+    s = study(family, keys=2048, heads=64, top_k=512, rows=2, length=chain, accumulate=accumulate)
     assert s["keys_outside_fp16"] == 0
     assert 0 < s["worst_error_over_bound"] <= 1
 

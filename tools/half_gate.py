@@ -37,6 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 U = 2.0 ** -11        # fp16 unit roundoff
+# An fp16-accumulated dot product over 128 dims (four m16n8k32 instructions) is within ACCUMULATION of
+# sum_d |q_d k_d| of exact: the fp8 mma.sync with fp16 accumulators stayed within 1.25 u of its terms'
+# magnitudes per instruction and 1.08 u over four on the H200 (`tools/accumulation.py --f16-steps`),
+# so four instructions' worst, 5 u: measured, not documented, and mma.sync's, not wgmma's.
+ACCUMULATION = 4 * 1.25 * U
 TINY = 2.0 ** -25     # fp16's absolute rounding error below its normal range (half its least subnormal)
 F16_MAX = 65504.0
 
@@ -63,35 +68,59 @@ def chains(w16: torch.Tensor, r16: torch.Tensor, length: int) -> torch.Tensor:
     return total
 
 
-def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64) -> dict:
+def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64, a16: torch.Tensor | None = None,
+             magnitude: torch.Tensor | None = None) -> dict:
     """One row: a [heads, keys] fp32 products, w [heads] fp32 weights, chains of at most `length`
     heads. The exact epilogue (fp64 over the fp32 values), the fp16 gate P - M, its bound B and how
-    many products leave fp16's range."""
+    many products leave fp16's range. With a16 (the products accumulated in fp16 by the tensor core)
+    and magnitude (sum_d |q_hd k_d|, [heads, keys]), the gate starts from a16 instead of rounding a,
+    and its bound from ACCUMULATION."""
     a64, w64 = a.double(), w.double()
     exact = (w64[:, None] * a64.clamp(min=0)).sum(0)
-    r16 = a.to(torch.float16).clamp(min=0)  # (relu after the rounding: HMNMX2 on the half2)
+    # (relu after the rounding: HMNMX2 on the half2)
+    r16 = (a.to(torch.float16) if a16 is None else a16.to(torch.float16)).clamp(min=0)
     w16 = w.to(torch.float16)
     pos, neg = w64 > 0, w64 < 0
     p = chains(w16[pos], r16[pos], length) if pos.any() else torch.zeros_like(exact)
     m = chains(-w16[neg], r16[neg], length) if neg.any() else torch.zeros_like(exact)
     n = min(max(int(pos.sum()), int(neg.sum()), 1), length)
+    heads = a.shape[0]
+    absolute = heads * TINY * (2 * w64.abs().max() + 1) + 2 * n * TINY
+    if a16 is not None:
+        # |relu(a16_h) - relu(a_h)| <= ACCUMULATION M_h; the weights' rounding u |w_h| relu(a_h); the
+        # chains gamma(n) of their sum. sum_h |w_h| M_h = (sum_h |w_h| |q_h|) . |k|: a column over |q|, |k|.
+        weighted_magnitude = (w64.abs()[:, None] * magnitude.double()).sum(0) * (1 + U)
+        chain_sums = (p + m) / (1 - gamma(n))
+        bound = (ACCUMULATION * weighted_magnitude + U * (chain_sums + ACCUMULATION * weighted_magnitude)
+                 + gamma(n) * chain_sums + absolute)
+        return {"exact": exact, "gate": p - m, "bound": bound, "outside": int((a.abs() > F16_MAX).any(0).sum())}
     # The bound, from what the kernel would have: P, M and the extra column L = sum_h |w_h| a_h (taken as
     # exact: its fp32 accumulation's error, about 2^-17 of sum_h |w_h| sum_d |q_hd k_d|, is left out).
     # With R = sum_h |w_h| relu(a_h) and S = sum_h |w_h| |a_h| = 2R - L: |P + M - R| <= E, where
     # E = 2u S + gamma(n) R' + absolute terms, R' = the chains' exact sum <= (P + M) / (1 - gamma(n)),
     # so S <= 2(P + M) + 2E - L, solved for S.
-    heads = a.shape[0]
     chain_sums = (p + m) / (1 - gamma(n))
-    absolute = heads * TINY * (2 * w64.abs().max() + 1) + 2 * n * TINY
     abs_linear = (w64.abs()[:, None] * a64).sum(0)
     abs_sum = ((2 * (p + m) + 2 * gamma(n) * chain_sums + 2 * absolute - abs_linear) / (1 - 4 * U)).clamp(min=0)
     bound = 2 * U * abs_sum + gamma(n) * chain_sums + absolute
     return {"exact": exact, "gate": p - m, "bound": bound, "outside": int((a.abs() > F16_MAX).any(0).sum())}
 
 
-def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int = 64, seed: int = 0) -> dict:
+def fp16_accumulated(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q [heads, 128] . k [keys, 128] accumulated as four fp16-accumulating instructions of 32 products,
+    each rounding its exact sum once (the model 52% of the H200's four-instruction results matched;
+    the bound does not rely on it)."""
+    acc = torch.zeros(q.shape[0], k.shape[0], dtype=torch.float64)
+    for c in range(0, q.shape[1], 32):
+        acc = (acc + q[:, c:c + 32].double() @ k[:, c:c + 32].double().T).half().double()
+    return acc
+
+
+def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int = 64, seed: int = 0,
+          accumulate: str = "fp32") -> dict:
     """The gate over `rows` rows of a workload family (each row over every key: a long chunk's last
-    rows), against the exact top_k of each row."""
+    rows), against the exact top_k of each row; accumulate: how the tensor core sums the products
+    (fp32, then rounded to fp16 for the gate; or fp16)."""
     from generator.workloads import make_workload
 
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed)
@@ -101,7 +130,11 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
     worst = outside = 0.0
     for r in range(rows):
         a = (q[r].double() @ k.double().T).float()  # the fp32 products (wgmma accumulates in fp32)
-        g = gate_row(a, wl.weights[r].float(), length)
+        if accumulate == "fp16":
+            g = gate_row(a, wl.weights[r].float(), length, fp16_accumulated(q[r], k),
+                         q[r].double().abs() @ k.double().abs().T)
+        else:
+            g = gate_row(a, wl.weights[r].float(), length)
         scale = wl.k_scale.double()
         exact, gate, bound = g["exact"] * scale, g["gate"] * scale, g["bound"] * scale
         threshold = exact.topk(min(top_k, keys)).values[-1]
@@ -113,7 +146,7 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
         worst = max(worst, float(((gate - exact).abs() / bound.clamp(min=1e-300)).max()))
         outside += g["outside"]
     ratios.sort()
-    return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length,
+    return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length, "accumulate": accumulate,
             "median_ratio": ratios[len(ratios) // 2] if ratios else None, "worst_ratio": ratios[-1] if ratios else None,
             "tied_rows": tied, "worst_error_over_bound": worst, "keys_outside_fp16": outside / rows}
 
@@ -125,13 +158,16 @@ def main() -> int:
     p.add_argument("--top-k", type=int, default=2048)
     p.add_argument("--rows", type=int, default=4)
     p.add_argument("--chain", type=int, default=64, help="heads a chain at most (the heads of one sign split into chains)")
+    p.add_argument("--accumulate", choices=("fp32", "fp16"), default="fp32",
+                   help="the products summed in fp32 and rounded for the gate (F2FP), or summed in fp16 (ACCUMULATION)")
     p.add_argument("--family", action="append", help="workload families (default: random, signed_weights, peaked)")
     args = p.parse_args()
     for family in args.family or ["random", "signed_weights", "peaked"]:
-        s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain)
+        s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain, accumulate=args.accumulate)
         ratios = ("no row without ties" if s["median_ratio"] is None else
                   f"{s['median_ratio']:.3f}x the keys at or above the k-th score (median over rows), {s['worst_ratio']:.3f}x at worst")
-        print(f"{family:16s} H={s['heads']} top-{s['top_k']} {s['keys']} keys, chains of {s['chain']}: the gate passes {ratios}; "
+        print(f"{family:16s} H={s['heads']} top-{s['top_k']} {s['keys']} keys, {s['accumulate']} sums, chains of {s['chain']}: "
+              f"the gate passes {ratios}; "
               f"{s['tied_rows']} of {s['rows']} rows tied at the k-th; worst error {s['worst_error_over_bound']:.3f} of its "
               f"bound; keys with products outside fp16: {s['keys_outside_fp16']:.0f} a row", flush=True)
     return 0
