@@ -16,6 +16,10 @@ w_h to fp16 (u each, relative; 2^-25 absolute below fp16's normal range) and the
 (sum_h |w_h| q_h) . k: one more product column a row on the tensor core, so the bound costs a few
 instructions a key, not an element. Keys that pass are scored again exactly.
 
+With --accumulate fp16 the tensor core sums the products in fp16 instead (no F2FP: one instruction an
+element), and the bound's first term is ACCUMULATION (sum_h |w_h| |q_h|) . |k|, from the accumulation
+error measured on the H200 (one more column a row, over |q| and |k|).
+
 For each workload family this prints how many keys the gate passes over the keys at or above the
 row's exact k-th score (what an exact gate at that score passes; median and worst over rows), the rows
 whose k-th score most of the row ties (every gate passes them all; left out of the ratio), the worst
@@ -23,7 +27,7 @@ whose k-th score most of the row ties (every gate passes them all; left out of t
 range (they would need a per-row scale). T is the exact k-th score here: the ratio is the least a
 real gate, whose T comes from a sample, would pass.
 
-    python3 tools/half_gate.py [--keys 32768] [--heads 64] [--top-k 2048] [--rows 4] [--family random ...]
+    python3 tools/half_gate.py [--keys 32768] [--heads 64] [--top-k 2048] [--rows 4] [--chain 16] [--accumulate fp16] [--family random ...]
 """
 
 from __future__ import annotations
