@@ -3,13 +3,13 @@
 The exact epilogue costs two fp32 instructions a (row, head, key) element, FMNMX and FFMA, and caps
 the fused scan at 0.80-0.88 of the fp8 floor (BENCHMARKS.md, "Where the scan's time goes"). The
 gate modelled here would cost 1.5: each pair of fp32 products rounded to a half2 (F2FP), relu
-(HMNMX2) and the weighted head sum (HFMA2) in packed fp16, in two chains, P over the heads whose
-weight is positive and M over the others (a row's heads put in that order, which the sum allows),
-each a chain of fused multiply-adds. A key is a candidate when
+(HMNMX2) and the weighted head sum (HFMA2) in packed fp16, P over the heads whose weight is positive
+and M over the others (a row's heads put in that order, which the sum allows), each in chains of
+fused multiply-adds of at most --chain heads, the chains added in fp32. A key is a candidate when
 
     scale_k * (P - M + B) >= T,   B = 2u * sum_h |w_h| |a_h| + gamma(n) * (P + M) + absolute terms,
 
-T a lower bound on the row's exact k-th score, u = 2^-11, gamma(n) = n u / (1 - n u) for the longer
+T a lower bound on the row's exact k-th score, u = 2^-11, gamma(n) = n u / (1 - n u) for the longest
 chain. B bounds |fp16 gate - exact epilogue| over the fp32 products a_h: the rounding of a_h and of
 w_h to fp16 (u each, relative; 2^-25 absolute below fp16's normal range) and the chain's roundings
 (gamma(n) of its terms' sum). sum_h |w_h| |a_h| = 2 (P + M) - sum_h |w_h| a_h, and the last sum is
@@ -90,23 +90,22 @@ def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64, a16: torch.Tens
     n = min(max(int(pos.sum()), int(neg.sum()), 1), length)
     heads = a.shape[0]
     absolute = heads * TINY * (2 * w64.abs().max() + 1) + 2 * n * TINY
+    chain_sums = (p + m) / (1 - gamma(n))  # >= the chains' exact sum
     if a16 is not None:
         # |relu(a16_h) - relu(a_h)| <= ACCUMULATION M_h; the weights' rounding u |w_h| relu(a_h); the
         # chains gamma(n) of their sum. sum_h |w_h| M_h = (sum_h |w_h| |q_h|) . |k|: a column over |q|, |k|.
         weighted_magnitude = (w64.abs()[:, None] * magnitude.double()).sum(0) * (1 + U)
-        chain_sums = (p + m) / (1 - gamma(n))
         bound = (ACCUMULATION * weighted_magnitude + U * (chain_sums + ACCUMULATION * weighted_magnitude)
                  + gamma(n) * chain_sums + absolute)
-        return {"exact": exact, "gate": p - m, "bound": bound, "outside": int((a.abs() > F16_MAX).any(0).sum())}
-    # The bound, from what the kernel would have: P, M and the extra column L = sum_h |w_h| a_h (taken as
-    # exact: its fp32 accumulation's error, about 2^-17 of sum_h |w_h| sum_d |q_hd k_d|, is left out).
-    # With R = sum_h |w_h| relu(a_h) and S = sum_h |w_h| |a_h| = 2R - L: |P + M - R| <= E, where
-    # E = 2u S + gamma(n) R' + absolute terms, R' = the chains' exact sum <= (P + M) / (1 - gamma(n)),
-    # so S <= 2(P + M) + 2E - L, solved for S.
-    chain_sums = (p + m) / (1 - gamma(n))
-    abs_linear = (w64.abs()[:, None] * a64).sum(0)
-    abs_sum = ((2 * (p + m) + 2 * gamma(n) * chain_sums + 2 * absolute - abs_linear) / (1 - 4 * U)).clamp(min=0)
-    bound = 2 * U * abs_sum + gamma(n) * chain_sums + absolute
+    else:
+        # The bound, from what the kernel would have: P, M and the extra column L = sum_h |w_h| a_h (taken
+        # as exact: its fp32 accumulation's error, about 2^-17 of sum_h |w_h| sum_d |q_hd k_d|, is left
+        # out). With R = sum_h |w_h| relu(a_h) and S = sum_h |w_h| |a_h| = 2R - L: |P + M - R| <= E, where
+        # E = 2u S + gamma(n) R' + absolute terms, R' = the chains' exact sum <= chain_sums, so
+        # S <= 2(P + M) + 2E - L, solved for S.
+        abs_linear = (w64.abs()[:, None] * a64).sum(0)
+        abs_sum = ((2 * (p + m) + 2 * gamma(n) * chain_sums + 2 * absolute - abs_linear) / (1 - 4 * U)).clamp(min=0)
+        bound = 2 * U * abs_sum + gamma(n) * chain_sums + absolute
     return {"exact": exact, "gate": p - m, "bound": bound, "outside": int((a.abs() > F16_MAX).any(0).sum())}
 
 
