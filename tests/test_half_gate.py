@@ -25,3 +25,28 @@ def test_the_bound_is_not_vacuous():
     err = (g["gate"] - g["exact"]).abs()
     assert bool((err <= g["bound"]).all()) and bool((err > g["bound"] / 20).any())
     assert torch.isfinite(g["bound"]).all()
+
+
+def test_full_range_data_keeps_every_score():
+    """to_full_range puts every query head and key at fp8's full range (as a server's quantizer does) and
+    moves the powers of two into the weights and key scales: the scores do not change."""
+    from generator.verify import exact_scores
+    from tools.half_gate import to_full_range
+
+    wl = make_workload("random", 2, 1024, 32, 512, seed=5)
+    full = to_full_range(wl)
+    assert float(full.q.float().abs().amax()) > 224 and float(full.k_fp8.float().abs().amax(-1).min()) > 224
+    every = torch.arange(2)
+    before = exact_scores(wl.q, wl.k_fp8, wl.k_scale, wl.weights, every, 0, wl.keys)
+    after = exact_scores(full.q, full.k_fp8, full.k_scale, full.weights, every, 0, full.keys)
+    assert torch.allclose(before, after, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("family", ["random", "signed_weights", "wide_range"])
+@pytest.mark.parametrize("bound", ["key", "norm", "row"])
+def test_the_gate_on_full_range_data_stays_within_its_bound(family, bound):
+    """The data at fp8's full range overflows fp16 sums unless the gate scales its query back: it does,
+    and the bound (over each key, or the same for every key of a row) still holds and is not vacuous."""
+    s = study(family, keys=2048, heads=64, top_k=512, rows=2, length=16, accumulate="fp16", full_range=True, bound=bound)
+    assert s["keys_outside_fp16"] == 0
+    assert 0 < s["worst_error_over_bound"] <= 1

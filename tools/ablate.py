@@ -44,6 +44,69 @@ NO_RELU = ([(r"s = fmaf\(w\[j\]\[c & 1\], fmaxf\(acc\[4 \* j \+ c\], 0\.f\), s\)
 NO_HEAD_SUMS = ([(r"sm90::row_sums<kRows, kHeads>\(acc\[s\], w, v\);",
                   "for (int m = 0; m < Lane::kCount; ++m) v[m] = acc[s][m];")],
                 "the relu / weight / head-sum epilogue")
+
+def _f16_product(match: re.Match) -> str:
+    """The rendered fp32-accumulating wgmma wrapper for N, rewritten to accumulate in fp16: N / 4 packed
+    half2 registers (register 2j + k: columns 8j + 2t + {0, 1} of key g + 8k)."""
+    n = int(match.group(1))
+    ops = ", ".join(f"%{i}" for i in range(n // 4))
+    outs = ", ".join(f'"+r"(d[{i}])' for i in range(n // 4))
+    return (f"__device__ __forceinline__ void wgmma_m64n{n}k32_e4m3(uint32_t (&d)[{n // 4}], uint64_t desc_a, uint64_t desc_b, int accumulate) {{\n"
+            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n // 4 + 2}, 0;\\n"\n'
+            f'        "wgmma.mma_async.sync.aligned.m64n{n}k32.f16.e4m3.e4m3 {{{ops}}}, %{n // 4}, %{n // 4 + 1}, p, 1, 1;\\n}}\\n"\n'
+            f'        : {outs}\n        : "l"(desc_a), "l"(desc_b), "r"(accumulate));\n}}\n')
+
+
+def _halved(match: re.Match) -> str:
+    """match.group(0) with its first number halved (N / 2 fp32 accumulators -> N / 4 half2 registers)."""
+    return match.group(0).replace(match.group(1), str(int(match.group(1)) // 2), 1)
+
+
+# Products accumulated in fp16 (wgmma .f16.e4m3.e4m3): every accumulator array N / 4 registers of packed
+# half2 pairs, the pairs a half2 epilogue reads.
+F16_PRODUCTS = [
+    (r"(?s)__device__ __forceinline__ void wgmma_m64n(\d+)k32_e4m3\(float \(&d\)\[\d+\], uint64_t desc_a, "
+     r"uint64_t desc_b, int accumulate\) \{\n.*?\n\}\n", _f16_product),
+    (r"float \(&acc\)\[(?:kSlices\]\[)?(\d+)\]", lambda m: "uint32_t" + _halved(m)[len("float"):]),
+    (r"for \(int [ij] = 0; [ij] < (\d+); \+\+[ij]\) (?:fence|discard)_operand\(acc", _halved),
+    (r"float acc\[((?:kSlices\]\[)?)kN / 2\];", r"uint32_t acc[\1kN / 4];"),
+    (r"(__device__ __forceinline__ void discard_operand\(float& r\) \{ asm volatile\(\"\" : \"=f\"\(r\)\); \}\n)",
+     r'\1__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }\n'
+     r'__device__ __forceinline__ void discard_operand(uint32_t& r) { asm volatile("" : "=r"(r)); }\n'),
+    (r"#include <cstdint>\n", "#include <cstdint>\n#include <cuda_fp16.h>\n"),
+]
+# The head sums in packed fp16 on those pairs: HMNMX2 (relu) and HFMA2 (w relu(x) added), one
+# instruction an element, each lane's two heads of a pair in the two halves, four chains a total (two
+# keys x alternate pairs: the fp32 sums' two chains of one key were latency-bound in fp16's pairs).
+HALF_HEAD_SUMS = [(r"(?s)    float sum\[L::kLaneRows\]\[2\]\[kSplit\] = \{\};\n#pragma unroll\n    for \(int j = 0; j < (\d+); \+\+j\) \{\n"
+                   r".*?\n        \}\n    \}\n",
+                   lambda m: f"""    float sum[L::kLaneRows][2][kSplit] = {{}};
+    __half2 half_sum[L::kLaneRows][2][2];
+#pragma unroll
+    for (int i = 0; i < L::kLaneRows; ++i)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) half_sum[i][k >> 1][k & 1] = __float2half2_rn(0.f);
+#pragma unroll
+    for (int j = 0; j < {m.group(1)}; ++j) {{
+        const int i = j % L::kLaneRows, chain = (j / L::kLaneRows) & 1;
+        const __half2 w2 = reinterpret_cast<const __half2&>(w[j][0]);
+#pragma unroll
+        for (int k = 0; k < 2; ++k)  // register 2j + k: key g + 8k, heads e = 0, 1
+            half_sum[i][k][chain] = __hfma2(w2, __hmax2(reinterpret_cast<const __half2&>(acc[2 * j + k]), __float2half2_rn(0.f)),
+                                            half_sum[i][k][chain]);
+    }}
+#pragma unroll
+    for (int i = 0; i < L::kLaneRows; ++i)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {{
+            const float2 f = __half22float2(half_sum[i][k][0]), g = __half22float2(half_sum[i][k][1]);
+            sum[i][k][0] = f.x + g.x;
+            sum[i][k][kSplit - 1] += f.y + g.y;
+        }}
+"""),
+                  # the weights packed once a row block, where they are loaded: (w[j][0], w[j][1]) as a half2 in w[j][0]
+                  (r"(        w\[j\]\[1\] = live \? weights\[size_t\(row0 \+ r\) \* kHeads \+ h \+ 1\] : 0\.f;\n)",
+                   r"\1        { const __half2 h2 = __floats2half2_rn(w[j][0], w[j][1]); w[j][0] = reinterpret_cast<const float&>(h2); }\n")]
 DENSE_ABLATIONS = {
     "no_head_sums": NO_HEAD_SUMS,
     "no_stores": ([(r"(out_row\[Lane::row_slot\(m\)\]\[key\[Lane::key_slot\(m\)\]\] = )", r"if (key[0] == -7) \1")],
@@ -67,6 +130,19 @@ GATED_ABLATIONS = {
     "no_scan_appends": NO_SCAN_APPENDS,
     # The scan loop's tensor-core pipeline alone (TMA ring, products, waits): no epilogue, no appends.
     "products_only": (NO_HEAD_SUMS[0] + NO_SCAN_APPENDS[0], "the epilogue and the appends (the scan's products alone)"),
+    # What a gate on fp16 sums costs ("Past the epilogue"): its scores are approximate and no bound is
+    # added (one FADD a (row, key) more), so the gate passes about what the exact scores do.
+    "f16_products_only": (F16_PRODUCTS + [(NO_HEAD_SUMS[0][0][0], "for (int m = 0; m < Lane::kCount; ++m) v[m] = __uint_as_float(acc[s][m]);")]
+                          + NO_SCAN_APPENDS[0],
+                          "the epilogue and the appends, products accumulated in fp16 (their rate alone)"),
+    "half_epilogue": (F16_PRODUCTS + HALF_HEAD_SUMS,
+                      "the fp32 products and head sums (fp16 accumulators, HMNMX2 + HFMA2 head sums: approximate scores)"),
+    # relu(x) = (x + |x|) / 2 with the linear half on the tensor core: one HFMA2 with |x| a pair of elements
+    # (the extra product columns of the linear half are not added: their cost is the N they add).
+    "half_abs_epilogue": (F16_PRODUCTS + [(HALF_HEAD_SUMS[0][0], lambda m: HALF_HEAD_SUMS[0][1](m).replace(
+                              "__hmax2(reinterpret_cast<const __half2&>(acc[2 * j + k]), __float2half2_rn(0.f))",
+                              "__habs2(reinterpret_cast<const __half2&>(acc[2 * j + k]))")), HALF_HEAD_SUMS[1]],
+                          "the fp32 products and head sums (fp16 accumulators, one HFMA2 with |x| a pair: wrong scores)"),
     "no_range_checks": ([(r"pass\[m\] = key\[k\] >= own_ks\[i\] && key\[k\] < own_ke\[i\] && ", "pass[m] = ")],
                         "the scan's visible-range test (keys past a row's end appended too)"),
     "select_histogram_only": ([(r"(\n    // 2\. Write what is above the boundary bin)", r"\n    return true;  // ablated\1")],
@@ -80,6 +156,11 @@ GATED_ABLATIONS = {
                       (r"served &= theta\[r\] == 0 \|\| count\[r\] >= kTopK", "served &= true")],
                      "streaming K from L2 / HBM (every tile of a block, sample included, reloads its first)"),
 }
+
+
+# The ablations whose products accumulate in fp16: they retype every accumulator of the source, the
+# rescan kernel's included (tests/test_build.py allows them that line).
+RETYPE_ACCUMULATORS = {name for name, (patches, _) in GATED_ABLATIONS.items() if patches[0] is F16_PRODUCTS[0]}
 
 
 def ablations(variant) -> dict:
@@ -109,6 +190,8 @@ def cmd_build(args) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     procs = []
     todo = {args.as_name: render(variant)} if args.as_name else sources(variant)
+    if args.only and not args.as_name:
+        todo = {name: text for name, text in todo.items() if name in args.only}
     for name, text in todo.items():
         src = folder / f"{name}.cu"
         src.write_text(text)
@@ -174,7 +257,7 @@ def cmd_time(args) -> int:
 
 def main() -> int:
     p = variant_tool_parser(__doc__, ("build", "time"))
-    p.add_argument("--only", action="append", help="time only these builds (baseline, an ablation's or an --as name)")
+    p.add_argument("--only", action="append", help="build or time only these (baseline, an ablation's or an --as name)")
     p.add_argument("--requests", type=int, action="append", default=[],
                    help="time: each shape also as this many packed requests (rows and keys split evenly)")
     p.add_argument("--as", dest="as_name", help="build: only the unpatched source, as <AS>.so (e.g. prev, new)")

@@ -2,6 +2,7 @@
 
     python tools/accumulation.py [--trials 32768] [--rows 32 --keys 8192] [--out results.json]
     python tools/accumulation.py --f16-steps 1 --f16-steps 4     # the fp16-accumulating mma.sync alone
+    python tools/accumulation.py --wgmma-f16-steps 1 --wgmma-f16-steps 4 --wgmma-rate   # and wgmma's
 
 1. The instructions. Random e4m3 values over the whole range (subnormals and zeros included) go
    through mma.sync m16n8k32 (tools/mma_probe.cu, the portable kernels' instruction, chained four
@@ -54,39 +55,40 @@ def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Te
             "largest |obs - exact| / sum |terms|": float(((obs - exact).abs() / magnitude.clamp(min=1e-300)).max())}
 
 
-def probe_library() -> ctypes.CDLL:
-    """tools/mma_probe.cu, compiled here for sm_89 and sm_90a."""
+def compile_probe(source: str, archs: tuple[str, ...]) -> ctypes.CDLL:
+    """tools/<source>, compiled here for the given archs (e.g. "89", "90a")."""
     from runtime.toolchain import nvcc_path
 
-    lib_path = Path(tempfile.mkdtemp()) / "mma_probe.so"
-    subprocess.run([nvcc_path(), "-O3", "-shared", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_89,code=sm_89",
-                    "-gencode", "arch=compute_90a,code=sm_90a", "-o", str(lib_path),
-                    str(Path(__file__).with_name("mma_probe.cu"))], check=True)
-    lib = ctypes.CDLL(str(lib_path))
+    lib_path = Path(tempfile.mkdtemp()) / Path(source).with_suffix(".so").name
+    gencodes = [x for arch in archs for x in ("-gencode", f"arch=compute_{arch},code=sm_{arch}")]
+    subprocess.run([nvcc_path(), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *gencodes, "-o", str(lib_path),
+                    str(Path(__file__).with_name(source))], check=True)
+    return ctypes.CDLL(str(lib_path))
+
+
+def probe_library() -> ctypes.CDLL:
+    """tools/mma_probe.cu, compiled here for sm_89 and sm_90a."""
+    lib = compile_probe("mma_probe.cu", ("89", "90a"))
     lib.mma_probe.argtypes = lib.mma_probe_f16.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     return lib
 
 
-def probe_mma_sync_f16(trials: int, gen, steps: int) -> dict:
-    """tools/mma_probe.cu's fp16-accumulating mma.sync, `steps` chained instructions of 32 products
-    each from a random fp16 C (a quarter of the trials from 0), on normal e4m3 values (products and
-    sums well inside fp16's range). Shares of the results reproduced by the exact sum rounded to fp16
-    once an instruction (each instruction's 32 products and C exactly, then one rounding) and once at
-    the end, and the largest |result - exact| over (|C| + sum |products|), in units of u = 2^-11:
-    what a rigorous bound for an fp16-accumulated dot product may assume."""
-    lib = probe_library()
-    groups = max(1, trials // 128)
+def wgmma_library() -> ctypes.CDLL:
+    """tools/wgmma_probe.cu, compiled here for sm_90a."""
+    lib = compile_probe("wgmma_probe.cu", ("90a",))
+    lib.wgmma_probe_f16.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.wgmma_rate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+def f16_accumulation(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, observed: torch.Tensor, steps: int) -> dict:
+    """observed [g, m, n] fp16: the hardware's C + A B^T over `steps` chained k32 instructions (A [g, m, >= 32
+    steps], B [g, n, ...] e4m3, C fp16). Shares of the results reproduced by the exact sum rounded to fp16
+    once an instruction (each instruction's 32 products and C exactly, then one rounding) and once at the
+    end, and the largest |result - exact| over (|C| + sum |products|), in units of u = 2^-11: what a
+    rigorous bound for an fp16-accumulated dot product may assume."""
     k = 32 * steps
-    a = torch.randn(groups, 16, k, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(groups, 8, k, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-    c = (torch.randn(groups, 16, 8, generator=gen, device="cuda") * 8).half()
-    c[:, :, :2] = 0
-    d = torch.empty_like(c)
-    err = lib.mma_probe_f16(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), groups, steps,
-                            torch.cuda.current_stream().cuda_stream)
-    assert err == 0, err
-    torch.cuda.synchronize()
-    a64, b64, obs = a.double(), b.double(), d.double()
+    a64, b64, obs = a[..., :k].double(), b[..., :k].double(), observed.double()
     per_instruction = c.double()
     for s in range(steps):
         part = torch.einsum("gik,gjk->gij", a64[:, :, 32 * s:32 * s + 32], b64[:, :, 32 * s:32 * s + 32])
@@ -97,6 +99,63 @@ def probe_mma_sync_f16(trials: int, gen, steps: int) -> dict:
             "rounded once an instruction, share": float((obs == per_instruction).float().mean()),
             "rounded once at the end, share": float((obs == exact.half().double()).float().mean()),
             "largest |obs - exact| / (|C| + sum |terms|), in u": float(((obs - exact).abs() / magnitude).max()) / 2.0 ** -11}
+
+
+def f16_operands(groups: int, m: int, n: int, k: int, gen) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Normal e4m3 A [groups, m, k] and B [groups, n, k] (products and sums well inside fp16's range) and a
+    random fp16 C [groups, m, n], its first quarter of columns 0."""
+    a = torch.randn(groups, m, k, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(groups, n, k, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    c = (torch.randn(groups, m, n, generator=gen, device="cuda") * 8).half()
+    c[:, :, :n // 4] = 0
+    return a, b, c
+
+
+def probe_mma_sync_f16(trials: int, gen, steps: int) -> dict:
+    """tools/mma_probe.cu's fp16-accumulating mma.sync (16 x 8 tiles), `steps` chained instructions of 32
+    products each from a random fp16 C: f16_accumulation's shares and largest error."""
+    lib = probe_library()
+    a, b, c = f16_operands(max(1, trials // 128), 16, 8, 32 * steps, gen)
+    d = torch.empty_like(c)
+    err = lib.mma_probe_f16(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), a.shape[0], steps,
+                            torch.cuda.current_stream().cuda_stream)
+    assert err == 0, err
+    torch.cuda.synchronize()
+    return {"instruction": "mma.sync m16n8k32 f16", **f16_accumulation(a, b, c, d, steps)}
+
+
+def probe_wgmma_f16(trials: int, gen, steps: int) -> dict:
+    """tools/wgmma_probe.cu's fp16-accumulating wgmma (64 x 8 tiles, steps <= 4 chained k32 instructions
+    from a random fp16 C), as probe_mma_sync_f16."""
+    if not 1 <= steps <= 4:
+        raise SystemExit(f"--wgmma-f16-steps must be 1..4 (one 128-byte row), got {steps}")
+    lib = wgmma_library()
+    a, b, c = f16_operands(max(1, trials // 512), 64, 8, 128, gen)
+    d = torch.empty_like(c)
+    err = lib.wgmma_probe_f16(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), a.shape[0], steps,
+                              torch.cuda.current_stream().cuda_stream)
+    assert err == 0, err
+    torch.cuda.synchronize()
+    return {"instruction": "wgmma m64n8k32 f16", **f16_accumulation(a, b, c, d, steps)}
+
+
+def wgmma_rates(iters: int = 4096) -> dict:
+    """TFLOP/s of back-to-back m64n128k32 fp8 products with fp32 and with fp16 accumulators (two
+    warpgroups a CTA, two CTAs an SM), beside torch._scaled_mm's sustained rate: whether the fp16
+    accumulators cost product rate."""
+    from generator.timing import median_ms, scaled_mm_tflops
+
+    lib = wgmma_library()
+    ctas = 2 * torch.cuda.get_device_properties(0).multi_processor_count
+    out = torch.zeros(ctas, device="cuda")
+    flops = ctas * 2 * 4 * iters * 2 * 64 * 128 * 32
+    rates = {}
+    for name, f16 in (("fp32 accumulators", 0), ("fp16 accumulators", 1), ("fp32 accumulators again", 0)):
+        ms = median_ms(lambda: lib.wgmma_rate(f16, ctas, iters, out.data_ptr(), torch.cuda.current_stream().cuda_stream),
+                       warmup=3, reps=15)
+        rates[f"wgmma m64n128k32, {name}, TFLOP/s"] = flops / (ms * 1e-3) / 1e12
+    rates["torch._scaled_mm sustained, TFLOP/s"] = scaled_mm_tflops()
+    return rates
 
 
 def probe_mma_sync(trials: int, gen) -> dict:
@@ -202,16 +261,24 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--keys", type=int, default=12_288)
     ap.add_argument("--out", help="write the results as JSON here")
-    ap.add_argument("--f16-steps", type=int, action="append",
+    ap.add_argument("--f16-steps", type=int, action="append", default=[],
                     help="instead: the fp16-accumulating mma.sync over this many chained instructions (repeatable)")
+    ap.add_argument("--wgmma-f16-steps", type=int, action="append", default=[],
+                    help="instead: the fp16-accumulating wgmma over this many (1-4) chained instructions (repeatable)")
+    ap.add_argument("--wgmma-rate", action="store_true",
+                    help="instead: the wgmma product rate with fp32 and with fp16 accumulators")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU with fp8 tensor cores")
         return 2
-    if args.f16_steps:
+    if args.f16_steps or args.wgmma_f16_steps or args.wgmma_rate:
         gen = torch.Generator(device="cuda").manual_seed(1)
         for steps in args.f16_steps:
             print(json.dumps(probe_mma_sync_f16(args.trials, gen, steps)), flush=True)
+        for steps in args.wgmma_f16_steps:
+            print(json.dumps(probe_wgmma_f16(args.trials, gen, steps)), flush=True)
+        if args.wgmma_rate:
+            print(json.dumps(wgmma_rates()), flush=True)
         return 0
     from generator.workloads import FAMILIES
 

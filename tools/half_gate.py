@@ -48,6 +48,7 @@ U = 2.0 ** -11        # fp16 unit roundoff
 ACCUMULATION = 4 * 1.25 * U
 TINY = 2.0 ** -25     # fp16's absolute rounding error below its normal range (half its least subnormal)
 F16_MAX = 65504.0
+FP8_MAX = 448.0       # e4m3's largest value
 
 
 def gamma(n: int) -> float:
@@ -73,12 +74,12 @@ def chains(w16: torch.Tensor, r16: torch.Tensor, length: int) -> torch.Tensor:
 
 
 def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64, a16: torch.Tensor | None = None,
-             magnitude: torch.Tensor | None = None) -> dict:
+             missed: torch.Tensor | None = None) -> dict:
     """One row: a [heads, keys] fp32 products, w [heads] fp32 weights, chains of at most `length`
     heads. The exact epilogue (fp64 over the fp32 values), the fp16 gate P - M, its bound B and how
     many products leave fp16's range. With a16 (the products accumulated in fp16 by the tensor core)
-    and magnitude (sum_d |q_hd k_d|, [heads, keys]), the gate starts from a16 instead of rounding a,
-    and its bound from ACCUMULATION."""
+    and missed ([keys], at least sum_h |w_h| |a16_h - a_h|: accumulation_bound), the gate starts from
+    a16 instead of rounding a."""
     a64, w64 = a.double(), w.double()
     exact = (w64[:, None] * a64.clamp(min=0)).sum(0)
     # (relu after the rounding: HMNMX2 on the half2)
@@ -92,11 +93,10 @@ def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64, a16: torch.Tens
     absolute = heads * TINY * (2 * w64.abs().max() + 1) + 2 * n * TINY
     chain_sums = (p + m) / (1 - gamma(n))  # >= the chains' exact sum
     if a16 is not None:
-        # |relu(a16_h) - relu(a_h)| <= ACCUMULATION M_h; the weights' rounding u |w_h| relu(a_h); the
-        # chains gamma(n) of their sum. sum_h |w_h| M_h = (sum_h |w_h| |q_h|) . |k|: a column over |q|, |k|.
-        weighted_magnitude = (w64.abs()[:, None] * magnitude.double()).sum(0) * (1 + U)
-        bound = (ACCUMULATION * weighted_magnitude + U * (chain_sums + ACCUMULATION * weighted_magnitude)
-                 + gamma(n) * chain_sums + absolute)
+        # |relu(a16_h) - relu(a_h)| <= |a16_h - a_h|, weighted: missed; the weights' rounding u |w_h|
+        # relu(a16_h); the chains gamma(n) of their sum.
+        weighted_missed = missed.double() * (1 + U)
+        bound = weighted_missed + U * (chain_sums + weighted_missed) + gamma(n) * chain_sums + absolute
     else:
         # The bound, from what the kernel would have: P, M and the extra column L = sum_h |w_h| a_h (taken
         # as exact: its fp32 accumulation's error, about 2^-17 of sum_h |w_h| sum_d |q_hd k_d|, is left
@@ -119,14 +119,70 @@ def fp16_accumulated(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return acc
 
 
+def power_of_two_to(x: torch.Tensor, limit: float) -> torch.Tensor:
+    """2^e per vector (last dim) with |x| / 2^e's largest in (limit / 2, limit] (1 for a zero vector)."""
+    amax = x.abs().amax(-1, keepdim=True)
+    return torch.where(amax > 0, torch.exp2(torch.ceil(torch.log2(amax.clamp(min=1e-30) / limit))), torch.ones_like(amax))
+
+
+def to_full_range(wl):
+    """The workload as DeepSeek-V3.2's indexer quantizes it: every query head and every key scaled by a
+    power of two to fp8's full range (largest value in (224, 448], ue8m0 scales), the weights and key
+    scales divided by the same powers, so every exact score is unchanged. Normal fp8 values times a power
+    of two stay exact: the scores, the ranking and the top-k are the workload's own."""
+    from dataclasses import replace
+
+    q, k = wl.q.float(), wl.k_fp8.float()
+    sq, sk = 1 / power_of_two_to(q, FP8_MAX), 1 / power_of_two_to(k, FP8_MAX)
+    return replace(wl, q=(q * sq).to(torch.float8_e4m3fn), k_fp8=(k * sk).to(torch.float8_e4m3fn),
+                   weights=wl.weights / sq[..., 0], k_scale=wl.k_scale / sk[:, 0])
+
+
+def full_range_row(q: torch.Tensor, w: torch.Tensor) -> tuple:
+    """The gate's query for one row: each head scaled by the power of two 2^-s that keeps every fp16
+    accumulation in range whatever the key (sum_d |q_hd| x 448 <= 65504 / 1.01), rounded to fp8 again
+    (values it pushes below fp8's normal range lose bits), and the weights times 2^s, so the gate's
+    score is the row's own. Returns q_scaled = q 2^-s (exact, [heads, 128]), q_gate (it rounded to fp8),
+    w_gate [heads] and the rounding |q_scaled - q_gate|."""
+    scale = power_of_two_to(q.abs().sum(-1, keepdim=True), F16_MAX / 1.01 / FP8_MAX)  # 2^s per head
+    q_scaled = q.double() / scale
+    q_gate = q_scaled.to(torch.float8_e4m3fn).double()
+    return q_scaled, q_gate, (w.double() * scale[:, 0]).float(), (q_scaled - q_gate).abs()
+
+
+# What each key's bound costs the scan (accumulation_bound's kinds).
+BOUNDS = {"key": "c . |k|: one product column a row over a sign-cleared copy of each key tile",
+          "norm": "max_d c_d x sum_d |k_d|: one number a key, made once a call, one FFMA a (row, key)",
+          "row": "sum_d c_d x 448: one number a row, nothing a key"}
+
+
+def accumulation_bound(q_gate: torch.Tensor, w_gate: torch.Tensor, rounding: torch.Tensor | None, k: torch.Tensor,
+                       kind: str) -> torch.Tensor:
+    """At least sum_h |w_h| |a16_h - a_h| over the keys ([keys]): the fp16 accumulation's error (at most
+    ACCUMULATION sum_d |q_hd| |k_d|) plus the gate query's rounding (sum_d rounding_hd |k_d|), i.e. c . |k|
+    with c_d = sum_h |w_h| (ACCUMULATION |q_hd| + rounding_hd), bounded as BOUNDS[kind] says."""
+    c = w_gate.double().abs() @ (ACCUMULATION * q_gate.double().abs() + (0 if rounding is None else rounding.double()))
+    k_abs = k.double().abs()
+    if kind == "key":
+        return k_abs @ c
+    if kind == "norm":
+        return c.max() * k_abs.sum(-1)
+    return (c.sum() * FP8_MAX).expand(k.shape[0])
+
+
 def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int = 64, seed: int = 0,
-          accumulate: str = "fp32") -> dict:
+          accumulate: str = "fp32", full_range: bool = False, bound: str = "key") -> dict:
     """The gate over `rows` rows of a workload family (each row over every key: a long chunk's last
     rows), against the exact top_k of each row; accumulate: how the tensor core sums the products
-    (fp32, then rounded to fp16 for the gate; or fp16)."""
+    (fp32, then rounded to fp16 for the gate; or fp16). full_range: the data quantized as a server's
+    is (to_full_range) and the gate's query scaled back into fp16's range (full_range_row). bound (with
+    fp16 sums): "key", the accumulation's error over sum_d |q_hd| |k_d| (a column over |q| and |k|), or
+    "row", over sum_d |q_hd| x 448 (a constant a row: nothing a key)."""
     from generator.workloads import make_workload
 
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed)
+    if full_range:
+        wl = to_full_range(wl)
     q = wl.q.float()  # [rows, heads, 128]
     k = wl.k_fp8.float()
     ratios, tied = [], 0
@@ -134,22 +190,27 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
     for r in range(rows):
         a = (q[r].double() @ k.double().T).float()  # the fp32 products (wgmma accumulates in fp32)
         if accumulate == "fp16":
-            g = gate_row(a, wl.weights[r].float(), length, fp16_accumulated(q[r], k),
-                         q[r].double().abs() @ k.double().abs().T)
+            q_gate, w_gate, rounding = q[r].double(), wl.weights[r].float(), None
+            if full_range:
+                q_scaled, q_gate, w_gate, rounding = full_range_row(q[r], wl.weights[r])
+                a = (q_scaled @ k.double().T).float()  # (w_gate a = w times the row's own products)
+            g = gate_row(a, w_gate, length, fp16_accumulated(q_gate.float(), k),
+                         accumulation_bound(q_gate, w_gate, rounding, k, bound))
         else:
             g = gate_row(a, wl.weights[r].float(), length)
         scale = wl.k_scale.double()
-        exact, gate, bound = g["exact"] * scale, g["gate"] * scale, g["bound"] * scale
+        exact, gate, margin = g["exact"] * scale, g["gate"] * scale, g["bound"] * scale
         threshold = exact.topk(min(top_k, keys)).values[-1]
         at_or_above = int((exact >= threshold).sum())
         if at_or_above > 2 * top_k:  # (the k-th score tied by most of the row: any gate passes them all)
             tied += 1
         else:
-            ratios.append(float(((gate + bound) >= threshold).sum()) / at_or_above)
-        worst = max(worst, float(((gate - exact).abs() / bound.clamp(min=1e-300)).max()))
+            ratios.append(float(((gate + margin) >= threshold).sum()) / at_or_above)
+        worst = max(worst, float(((gate - exact).abs() / margin.clamp(min=1e-300)).max()))
         outside += g["outside"]
     ratios.sort()
     return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length, "accumulate": accumulate,
+            "full_range": full_range, "bound": bound,
             "median_ratio": ratios[len(ratios) // 2] if ratios else None, "worst_ratio": ratios[-1] if ratios else None,
             "tied_rows": tied, "worst_error_over_bound": worst, "keys_outside_fp16": outside / rows}
 
@@ -164,12 +225,21 @@ def main() -> int:
     p.add_argument("--accumulate", choices=("fp32", "fp16"), default="fp32",
                    help="the products summed in fp32 and rounded for the gate (F2FP), or summed in fp16 (ACCUMULATION)")
     p.add_argument("--family", action="append", help="workload families (default: random, signed_weights, peaked)")
+    p.add_argument("--full-range", action="store_true",
+                   help="quantize as a server does (every query head and key to fp8's full range, ue8m0 scales); "
+                        "the gate scales its query back into fp16's range")
+    p.add_argument("--bound", choices=tuple(BOUNDS), default="key",
+                   help="with --accumulate fp16, the accumulation's bound: " + "; ".join(f"{k}: {v}" for k, v in BOUNDS.items()))
     args = p.parse_args()
+    if args.bound != "key" and args.accumulate != "fp16":
+        p.error(f"--bound {args.bound} needs --accumulate fp16")
     for family in args.family or ["random", "signed_weights", "peaked"]:
-        s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain, accumulate=args.accumulate)
+        s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain, accumulate=args.accumulate,
+                  full_range=args.full_range, bound=args.bound)
         ratios = ("no row without ties" if s["median_ratio"] is None else
                   f"{s['median_ratio']:.3f}x the keys at or above the k-th score (median over rows), {s['worst_ratio']:.3f}x at worst")
-        print(f"{family:16s} H={s['heads']} top-{s['top_k']} {s['keys']} keys, {s['accumulate']} sums, chains of {s['chain']}: "
+        data = f", full range, {s['bound']} bound" if s["full_range"] else f", {s['bound']} bound" if args.accumulate == "fp16" else ""
+        print(f"{family:16s} H={s['heads']} top-{s['top_k']} {s['keys']} keys, {s['accumulate']} sums{data}, chains of {s['chain']}: "
               f"the gate passes {ratios}; "
               f"{s['tied_rows']} of {s['rows']} rows tied at the k-th; worst error {s['worst_error_over_bound']:.3f} of its "
               f"bound; keys with products outside fp16: {s['keys_outside_fp16']:.0f} a row", flush=True)
