@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -213,17 +214,18 @@ def build(variants: list[KernelSpec], jobs: int | None = None, root: Path | None
             ninja_file = builddir / "build.ninja"
             ninja_file.write_text(f"builddir = {_esc(builddir)}\n" + _ninja_file(missing))
             cmd = [toolchain.ninja_path(), "-f", str(ninja_file), "-j", str(jobs or os.cpu_count() or 1)]
+            recorder = _Recorder(root, missing, nvcc)
             try:
                 if verbose:
                     proc = subprocess.run(cmd, cwd=root, text=True, check=False)
                     returncode, output = proc.returncode, ""
                 else:
                     returncode, output = _run_ninja(cmd, root, len(missing),
-                                                    sys.stderr.isatty() if progress is None else progress)
+                                                    sys.stderr.isatty() if progress is None else progress,
+                                                    on_finished=recorder.finished)
             finally:
                 shutil.rmtree(builddir, ignore_errors=True)
-            with _locked(root / ".manifest.lock"):
-                _record(root, [p for p in missing if p.is_built], nvcc)
+            recorder.rest()
             if returncode != 0:
                 failed = [p.variant.name for p in missing if not p.is_built]
                 raise BuildError(f"nvcc failed for {failed}:\n{output[-10000:]}")
@@ -239,9 +241,38 @@ def _locked(path: Path):
         yield
 
 
-def _run_ninja(cmd: list[str], root: Path, count: int, progress: bool) -> tuple[int, str]:
+class _Recorder:
+    """Records a build's libraries in the manifest as ninja finishes each, so a build cut short (a
+    timeout, Ctrl-C) keeps what it finished: the next build compiles only the rest. A library appears
+    whole or not at all (nvcc writes a temporary name, then mv). One manifest write a library: about a
+    millisecond beside its tens of seconds of nvcc."""
+
+    def __init__(self, root: Path, plans: list[BuildPlan], nvcc: str):
+        self.root, self.nvcc = root, nvcc
+        self.plans = {str(p.library): p for p in plans}
+
+    def finished(self, library: str) -> None:
+        """ninja finished the edge that writes `library` (built, or failed: then the file is absent)."""
+        p = self.plans.pop(library, None)
+        if p is not None and p.is_built:
+            self._record([p])
+
+    def rest(self) -> None:
+        """Records every other library of the build that exists (ninja's output not read: verbose)."""
+        self._record([p for p in self.plans.values() if p.is_built])
+        self.plans = {}
+
+    def _record(self, plans: list[BuildPlan]) -> None:
+        if plans:
+            with _locked(self.root / ".manifest.lock"):
+                _record(self.root, plans, self.nvcc)
+
+
+def _run_ninja(cmd: list[str], root: Path, count: int, progress: bool,
+               on_finished: Callable[[str], None] = lambda library: None) -> tuple[int, str]:
     """Runs ninja, its output captured; with progress, a bar on a terminal (tqdm) or a line a finished
-    library elsewhere. Returns (exit code, output)."""
+    library elsewhere. ninja prints an edge's status line when the edge ends (its output is not a
+    terminal): on_finished gets that library's path. Returns (exit code, output)."""
     env = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
     proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     bar = None
@@ -252,7 +283,9 @@ def _run_ninja(cmd: list[str], root: Path, count: int, progress: bool) -> tuple[
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        done = re.match(r"\[(\d+)/(\d+)\] nvcc (\S+)", line)
+        done = re.match(r"\[(\d+)/(\d+)\] nvcc (.+?)\s*$", line)
+        if done:
+            on_finished(done.group(3))
         if done and progress:
             name = Path(done.group(3)).parent.name
             if bar is not None:

@@ -27,17 +27,17 @@ from runtime.render import render
 REPO = Path(__file__).resolve().parent.parent
 
 
-def use_fake_nvcc(directory: Path, monkeypatch, slow_over: str | None = None) -> None:
-    """NVCC set to a script that writes a stand-in file where nvcc would write a library (taking 3 s
-    over a library whose name holds `slow_over`): for tests of the cache and its locks, not of the
-    compiler. The toolchain's answers (nvcc's path and version) are cleared: the caller clears them
-    again when it ends (fake_nvcc does)."""
+def use_fake_nvcc(directory: Path, monkeypatch, slow_over: str | None = None, slow_seconds: int = 3) -> None:
+    """NVCC set to a script that writes a stand-in file where nvcc would write a library (taking
+    slow_seconds over a library whose name holds `slow_over`): for tests of the cache and its locks,
+    not of the compiler. The toolchain's answers (nvcc's path and version) are cleared: the caller
+    clears them again when it ends (fake_nvcc does)."""
     from runtime import toolchain
 
     fake = directory / "nvcc"
     fake.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake nvcc V0.0"; exit 0; fi\n'
                     'out=""; while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
-                    + (f'case "$out" in *{slow_over}*) sleep 3;; esac\n' if slow_over else "")
+                    + (f'case "$out" in *{slow_over}*) sleep {slow_seconds};; esac\n' if slow_over else "")
                     + 'echo "not a library" > "$out"\n')
     fake.chmod(0o755)
     monkeypatch.setenv("NVCC", str(fake))
@@ -233,6 +233,43 @@ def test_build_error_names_the_variant(tmp_cache, monkeypatch):
     with pytest.raises(b.BuildError, match=v.name):
         build([v])
     assert not list(tmp_cache.rglob("*.so")), "a failed build must not publish a library"
+
+
+def test_a_build_cut_short_keeps_the_libraries_it_finished(tmp_path, monkeypatch):
+    """A build killed part way (a timeout, Ctrl-C) keeps in the manifest the libraries ninja finished,
+    so the next build compiles only the rest (before, the manifest was written after ninja ended, and
+    the next build compiled every library again). A fake nvcc: instant, 60 s over `slow`."""
+    import signal
+    import time
+
+    from runtime import library_cache, toolchain
+    from runtime.defaults import default_variant
+
+    fast = [default_variant(32, 512, "sm90a"), default_variant(64, 512, "sm90a")]
+    slow = default_variant(64, 2048, "sm90a")
+    use_fake_nvcc(tmp_path, monkeypatch, slow_over=slow.name, slow_seconds=60)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(library_cache.CACHE_ENV, str(cache))
+    script = ("import runtime.build as b; from runtime.build import spec_from_name as s; "
+              f"b.build([s(n) for n in {[v.name for v in (*fast, slow)]!r}], jobs=3, progress=False)")
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not all((cache / v.name).is_dir() and list((cache / v.name).glob("*.so"))
+                                                      for v in fast):
+            time.sleep(0.2)
+        time.sleep(1)
+        assert proc.poll() is None, "the build ended before it could be cut short"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    try:
+        records = {r["variant"] for r in library_cache.read_manifest(cache).values()}
+        assert records == {v.name for v in fast}
+    finally:
+        toolchain.nvcc_path.cache_clear()
+        toolchain.nvcc_version.cache_clear()
 
 
 def test_cli_list_and_render(tmp_cache):
