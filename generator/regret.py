@@ -190,6 +190,10 @@ def add_arguments(p) -> None:
                    help="heads x top-k x rows x keys [x requests], e.g. 32x2048x4096x8192 (repeatable; "
                         "--replay: default every bucket the file holds)")
     p.add_argument("--sample", type=int, default=0, help="--record: random valid points a bucket (0: all of them)")
+    p.add_argument("--part", default="1/1", metavar="K/N",
+                   help="--record: only part K of N of each bucket's points (every N-th from the K-th): a part's "
+                        "nvcc and timing fit one call of a machine lent a call at a time, and a file takes the "
+                        "parts in any order (default 1/1: all)")
     p.add_argument("--design", action="append", choices=sorted(DESIGNS), help="--replay: the designs compared "
                    "(repeatable; default: all of them)")
     p.add_argument("--repeats", type=int, default=10, help="--replay: runs a design, seeds 0..")
@@ -221,6 +225,19 @@ def main(args) -> int:
     return 0
 
 
+def points_to_record(space: list[Variant], sample: int, part: str) -> list[Variant]:
+    """The points `--record` measures: `sample` of the space drawn at random (seed 0; 0: all of it), then
+    part K of N of those ("K/N": every N-th from the K-th, so the parts split the points evenly)."""
+    try:
+        k, n = (int(x) for x in part.split("/"))
+        if not 1 <= k <= n:
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"--part {part}: expected K/N with 1 <= K <= N, e.g. 2/3") from None
+    chosen = space if sample <= 0 or sample >= len(space) else random.Random(0).sample(space, sample)
+    return chosen[k - 1::n]
+
+
 def main_record(args) -> int:
     import torch
 
@@ -239,8 +256,8 @@ def main_record(args) -> int:
     arch = arch_for_capability(*device_identity(torch.cuda.current_device()).capability).name
     measurer = GpuMeasurer()
     for bucket in map(parse_bucket, args.bucket):
-        space = valid_variants(arch=arch, heads=bucket.heads, top_k=bucket.top_k)
-        chosen = space if args.sample <= 0 or args.sample >= len(space) else random.Random(0).sample(space, args.sample)
+        chosen = points_to_record(valid_variants(arch=arch, heads=bucket.heads, top_k=bucket.top_k), args.sample,
+                                  args.part)
         n = record(bucket, measurer, chosen, args.record, build_fn=lambda vs: build(vs),
                    log=lambda s: print(s, flush=True))
         print(f"[{bucket.name}] {n} points measured, {len(chosen)} in the landscape", flush=True)

@@ -540,6 +540,27 @@ def test_a_landscape_records_each_point_once_and_a_second_run_goes_on_where_the_
     assert all(points[v.name] == [m.time_of(v, bucket)] * 3 for v in space[:60] if v.name not in wrong)
 
 
+def test_a_recording_in_parts_measures_every_point_once(tmp_path):
+    """--part K/N splits a bucket's points into N even parts that together are the whole (each part one
+    call of a machine lent a call at a time), in whatever order they run; a bad part is refused by name."""
+    from generator.regret import Landscape, points_to_record, record
+
+    bucket, path = Bucket(32, 2048, 16384, 131072), tmp_path / "landscape.jsonl"
+    space = valid_variants(arch="sm90a", heads=32, top_k=2048)
+    parts = [points_to_record(space, 0, f"{k}/3") for k in (3, 1, 2)]
+    assert sorted(v.name for part in parts for v in part) == sorted(v.name for v in space)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    m = FakeMeasurer()
+    for part in parts:
+        record(bucket, m, part, path, log=lambda s: None)
+    assert set(Landscape.read(path).points[bucket]) == {v.name for v in space}
+    assert len(m.fused_calls) == len(set(m.fused_calls))
+    assert len(points_to_record(space, 60, "2/2")) == 30  # (a sample, then its part)
+    for bad in ("0/3", "4/3", "x", "1/0"):
+        with pytest.raises(SystemExit, match="--part"):
+            points_to_record(space, 0, bad)
+
+
 def test_a_recording_times_a_hopeless_point_twice_only(tmp_path):
     from generator.regret import HOPELESS, Landscape, record
 
