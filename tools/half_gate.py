@@ -171,7 +171,7 @@ def accumulation_bound(q_gate: torch.Tensor, w_gate: torch.Tensor, rounding: tor
 
 
 def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int = 64, seed: int = 0,
-          accumulate: str = "fp32", full_range: bool = False, bound: str = "key") -> dict:
+          accumulate: str = "fp32", full_range: bool = False, bound: str = "key", block_rows: int = 1) -> dict:
     """The gate over `rows` rows of a workload family (each row over every key: a long chunk's last
     rows), against the exact top_k of each row; accumulate: how the tensor core sums the products
     (fp32, then rounded to fp16 for the gate; or fp16). full_range: the data quantized as a server's
@@ -188,6 +188,7 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
     ratios, tied = [], 0
     worst = outside = 0.0
     unscaled_outside = []  # share of the row's products (heads x keys) outside fp16 before the gate's scaling
+    candidates = []  # each row's candidate keys
     for r in range(rows):
         a = (q[r].double() @ k.double().T).float()  # the fp32 products (wgmma accumulates in fp32)
         unscaled_outside.append(float((a.abs() > F16_MAX).double().mean()))
@@ -204,14 +205,17 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
         exact, gate, margin = g["exact"] * scale, g["gate"] * scale, g["bound"] * scale
         threshold = exact.topk(min(top_k, keys)).values[-1]
         at_or_above = int((exact >= threshold).sum())
+        candidates.append((gate + margin) >= threshold)
         if at_or_above > 2 * top_k:  # (the k-th score tied by most of the row: any gate passes them all)
             tied += 1
         else:
-            ratios.append(float(((gate + margin) >= threshold).sum()) / at_or_above)
+            ratios.append(float(candidates[-1].sum()) / at_or_above)
         worst = max(worst, float(((gate - exact).abs() / margin.clamp(min=1e-300)).max()))
         outside += g["outside"]
     ratios.sort()
-    return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length, "accumulate": accumulate,
+    unions = sorted(float(torch.stack(candidates[b:b + block_rows]).any(0).double().mean())
+                    for b in range(0, rows - block_rows + 1, block_rows))
+    return {"block_rows": block_rows, "union_share": unions[len(unions) // 2] if unions else None,"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length, "accumulate": accumulate,
             "full_range": full_range, "bound": bound,
             "median_ratio": ratios[len(ratios) // 2] if ratios else None, "worst_ratio": ratios[-1] if ratios else None,
             "tied_rows": tied, "worst_error_over_bound": worst, "keys_outside_fp16": outside / rows,
@@ -231,6 +235,8 @@ def main() -> int:
     p.add_argument("--full-range", action="store_true",
                    help="quantize as a server does (every query head and key to fp8's full range, ue8m0 scales); "
                         "the gate scales its query back into fp16's range")
+    p.add_argument("--block-rows", type=int, default=1,
+                   help="also print the share of the keys that are a candidate of any of this many consecutive rows")
     p.add_argument("--bound", choices=tuple(BOUNDS), default="key",
                    help="with --accumulate fp16, the accumulation's bound: " + "; ".join(f"{k}: {v}" for k, v in BOUNDS.items()))
     args = p.parse_args()
@@ -238,7 +244,7 @@ def main() -> int:
         p.error(f"--bound {args.bound} needs --accumulate fp16")
     for family in args.family or ["random", "signed_weights", "peaked"]:
         s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain, accumulate=args.accumulate,
-                  full_range=args.full_range, bound=args.bound)
+                  full_range=args.full_range, bound=args.bound, block_rows=args.block_rows)
         ratios = ("no row without ties" if s["median_ratio"] is None else
                   f"{s['median_ratio']:.3f}x the keys at or above the k-th score (median over rows), {s['worst_ratio']:.3f}x at worst")
         data = f", full range, {s['bound']} bound" if s["full_range"] else f", {s['bound']} bound" if args.accumulate == "fp16" else ""
@@ -247,7 +253,9 @@ def main() -> int:
               f"{s['tied_rows']} of {s['rows']} rows tied at the k-th; worst error {s['worst_error_over_bound']:.3f} of its "
               f"bound; keys with products outside fp16: {s['keys_outside_fp16']:.0f} a row"
               + (f" ({100 * s['products_outside_fp16_unscaled']:.0f}% of the products before the gate's scaling)"
-                 if s["full_range"] else ""), flush=True)
+                 if s["full_range"] else "")
+              + (f"; candidates of any of {args.block_rows} rows: {100 * s['union_share']:.1f}% of the keys (median over blocks)"
+                 if args.block_rows > 1 and s["union_share"] is not None else ""), flush=True)
     return 0
 
 
