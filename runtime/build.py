@@ -244,8 +244,8 @@ def _locked(path: Path):
 class _Recorder:
     """Records a build's libraries in the manifest as ninja finishes each, so a build cut short (a
     timeout, Ctrl-C) keeps what it finished: the next build compiles only the rest. A library appears
-    whole or not at all (nvcc writes a temporary name, then mv). One manifest write a library: about a
-    millisecond beside its tens of seconds of nvcc."""
+    whole or not at all (nvcc writes a temporary name, then mv). One manifest write a library: 18 ms
+    at 911 entries on a 2-core CI-like machine, beside its seconds of nvcc."""
 
     def __init__(self, root: Path, plans: list[BuildPlan], nvcc: str):
         self.root, self.nvcc = root, nvcc

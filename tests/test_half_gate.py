@@ -50,3 +50,12 @@ def test_the_gate_on_full_range_data_stays_within_its_bound(family, bound):
     s = study(family, keys=2048, heads=64, top_k=512, rows=2, length=16, accumulate="fp16", full_range=True, bound=bound)
     assert s["keys_outside_fp16"] == 0
     assert 0 < s["worst_error_over_bound"] <= 1
+
+
+def test_a_row_blocks_candidates_cover_more_than_either_row_and_at_most_both():
+    """--block-rows: the share of the keys that are a candidate of either of two rows lies above the
+    larger row's share (random rows pass different keys) and at most at their sum."""
+    kw = dict(keys=2048, heads=32, top_k=256, rows=2, length=16, accumulate="fp16", full_range=True, bound="norm")
+    larger = study("random", block_rows=1, **kw)["union_share"]  # (blocks of one row: the median of two is the larger)
+    both = study("random", block_rows=2, **kw)["union_share"]
+    assert 0 < larger < both <= 2 * larger

@@ -45,6 +45,7 @@ NO_HEAD_SUMS = ([(r"sm90::row_sums<kRows, kHeads>\(acc\[s\], w, v\);",
                   "for (int m = 0; m < Lane::kCount; ++m) v[m] = acc[s][m];")],
                 "the relu / weight / head-sum epilogue")
 
+
 def _f16_product(match: re.Match) -> str:
     """The rendered fp32-accumulating wgmma wrapper for N, rewritten to accumulate in fp16: N / 4 packed
     half2 registers (register 2j + k: columns 8j + 2t + {0, 1} of key g + 8k)."""
@@ -76,8 +77,9 @@ F16_PRODUCTS = [
     (r"#include <cstdint>\n", "#include <cstdint>\n#include <cuda_fp16.h>\n"),
 ]
 # The head sums in packed fp16 on those pairs: HMNMX2 (relu) and HFMA2 (w relu(x) added), one
-# instruction an element, each lane's two heads of a pair in the two halves, four chains a total (two
-# keys x alternate pairs: the fp32 sums' two chains of one key were latency-bound in fp16's pairs).
+# instruction an element, each lane's two heads of a pair in the two halves, each total in two half2
+# chains, i.e. four chains of heads (with one half2 chain the H = 64 pick read 1.15x, with two 1.17x:
+# experiment log, "2026-12-04: an fp16 gate's ceiling, measured").
 HALF_HEAD_SUMS = [(r"(?s)    float sum\[L::kLaneRows\]\[2\]\[kSplit\] = \{\};\n#pragma unroll\n    for \(int j = 0; j < (\d+); \+\+j\) \{\n"
                    r".*?\n        \}\n    \}\n",
                    lambda m: f"""    float sum[L::kLaneRows][2][kSplit] = {{}};
@@ -130,11 +132,12 @@ GATED_ABLATIONS = {
     "no_scan_appends": NO_SCAN_APPENDS,
     # The scan loop's tensor-core pipeline alone (TMA ring, products, waits): no epilogue, no appends.
     "products_only": (NO_HEAD_SUMS[0] + NO_SCAN_APPENDS[0], "the epilogue and the appends (the scan's products alone)"),
-    # What a gate on fp16 sums costs ("Past the epilogue"): its scores are approximate and no bound is
-    # added (one FADD a (row, key) more), so the gate passes about what the exact scores do.
     "f16_products_only": (F16_PRODUCTS + [(NO_HEAD_SUMS[0][0][0], "for (int m = 0; m < Lane::kCount; ++m) v[m] = __uint_as_float(acc[s][m]);")]
                           + NO_SCAN_APPENDS[0],
                           "the epilogue and the appends, products accumulated in fp16 (their rate alone)"),
+    # What a gate on fp16 sums costs ("Past the epilogue"; docs/fp16-gate.md): its scores are approximate
+    # and no bound is added (a few instructions a (row, key) more), so the gate passes about what the
+    # exact scores do; scoring the candidates again is not timed.
     "half_epilogue": (F16_PRODUCTS + HALF_HEAD_SUMS,
                       "the fp32 products and head sums (fp16 accumulators, HMNMX2 + HFMA2 head sums: approximate scores)"),
     # relu(x) = (x + |x|) / 2 with the linear half on the tensor core: one HFMA2 with |x| a pair of elements

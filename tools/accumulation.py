@@ -111,32 +111,31 @@ def f16_operands(groups: int, m: int, n: int, k: int, gen) -> tuple[torch.Tensor
     return a, b, c
 
 
-def probe_mma_sync_f16(trials: int, gen, steps: int) -> dict:
-    """tools/mma_probe.cu's fp16-accumulating mma.sync (16 x 8 tiles), `steps` chained instructions of 32
-    products each from a random fp16 C: f16_accumulation's shares and largest error."""
-    lib = probe_library()
-    a, b, c = f16_operands(max(1, trials // 128), 16, 8, 32 * steps, gen)
+def run_f16_probe(probe, instruction: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, steps: int) -> dict:
+    """One launch of an fp16-accumulating probe kernel over f16_operands' a, b, c: f16_accumulation's
+    shares and largest error, named by the instruction."""
     d = torch.empty_like(c)
-    err = lib.mma_probe_f16(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), a.shape[0], steps,
-                            torch.cuda.current_stream().cuda_stream)
+    err = probe(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), a.shape[0], steps,
+                torch.cuda.current_stream().cuda_stream)
     assert err == 0, err
     torch.cuda.synchronize()
-    return {"instruction": "mma.sync m16n8k32 f16", **f16_accumulation(a, b, c, d, steps)}
+    return {"instruction": instruction, **f16_accumulation(a, b, c, d, steps)}
+
+
+def probe_mma_sync_f16(trials: int, gen, steps: int) -> dict:
+    """tools/mma_probe.cu's fp16-accumulating mma.sync (16 x 8 tiles), `steps` chained instructions of 32
+    products each from a random fp16 C."""
+    return run_f16_probe(probe_library().mma_probe_f16, "mma.sync m16n8k32 f16",
+                         *f16_operands(max(1, trials // 128), 16, 8, 32 * steps, gen), steps)
 
 
 def probe_wgmma_f16(trials: int, gen, steps: int) -> dict:
     """tools/wgmma_probe.cu's fp16-accumulating wgmma (64 x 8 tiles, steps <= 4 chained k32 instructions
-    from a random fp16 C), as probe_mma_sync_f16."""
+    from a random fp16 C)."""
     if not 1 <= steps <= 4:
         raise SystemExit(f"--wgmma-f16-steps must be 1..4 (one 128-byte row), got {steps}")
-    lib = wgmma_library()
-    a, b, c = f16_operands(max(1, trials // 512), 64, 8, 128, gen)
-    d = torch.empty_like(c)
-    err = lib.wgmma_probe_f16(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), a.shape[0], steps,
-                              torch.cuda.current_stream().cuda_stream)
-    assert err == 0, err
-    torch.cuda.synchronize()
-    return {"instruction": "wgmma m64n8k32 f16", **f16_accumulation(a, b, c, d, steps)}
+    return run_f16_probe(wgmma_library().wgmma_probe_f16, "wgmma m64n8k32 f16",
+                         *f16_operands(max(1, trials // 512), 64, 8, 128, gen), steps)
 
 
 def wgmma_rates(iters: int = 4096) -> dict:

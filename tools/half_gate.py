@@ -28,6 +28,11 @@ range (they would need a per-row scale). T is the exact k-th score here: the rat
 real gate, whose T comes from a sample, would pass.
 
     python3 tools/half_gate.py [--keys 32768] [--heads 64] [--top-k 2048] [--rows 4] [--chain 16] [--accumulate fp16] [--family random ...]
+
+With --full-range the data is quantized as a server's is (every query head and key at fp8's full range,
+where most fp16 sums would overflow) and the gate scales its own query back (full_range_row); --bound
+key|norm|row picks how the accumulation's error is bounded (BOUNDS: what each costs the scan);
+--block-rows R also prints the share of the keys that are a candidate of any of R consecutive rows.
 """
 
 from __future__ import annotations
@@ -176,8 +181,9 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
     rows), against the exact top_k of each row; accumulate: how the tensor core sums the products
     (fp32, then rounded to fp16 for the gate; or fp16). full_range: the data quantized as a server's
     is (to_full_range) and the gate's query scaled back into fp16's range (full_range_row). bound (with
-    fp16 sums): "key", the accumulation's error over sum_d |q_hd| |k_d| (a column over |q| and |k|), or
-    "row", over sum_d |q_hd| x 448 (a constant a row: nothing a key)."""
+    fp16 sums): accumulation_bound's kind, "key", "norm" or "row" (BOUNDS). block_rows: also the share of
+    the keys that are a candidate of any row of each `block_rows` consecutive rows (a gated kernel's row
+    block: what scoring the union of its candidates again would cost), median over the blocks."""
     from generator.workloads import make_workload
 
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed)
@@ -215,8 +221,9 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
     ratios.sort()
     unions = sorted(float(torch.stack(candidates[b:b + block_rows]).any(0).double().mean())
                     for b in range(0, rows - block_rows + 1, block_rows))
-    return {"block_rows": block_rows, "union_share": unions[len(unions) // 2] if unions else None,"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length, "accumulate": accumulate,
-            "full_range": full_range, "bound": bound,
+    return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length,
+            "accumulate": accumulate, "full_range": full_range, "bound": bound, "block_rows": block_rows,
+            "union_share": unions[len(unions) // 2] if unions else None,
             "median_ratio": ratios[len(ratios) // 2] if ratios else None, "worst_ratio": ratios[-1] if ratios else None,
             "tied_rows": tied, "worst_error_over_bound": worst, "keys_outside_fp16": outside / rows,
             "products_outside_fp16_unscaled": sum(unscaled_outside) / rows}
