@@ -27,6 +27,7 @@ from .design import SOURCES
 
 CLAIM = "variant"  # a trial's system attribute: the name of the variant it measures
 SOURCE = "source"  # and where its point came from, one of SOURCES
+WORKER = "worker"  # and the process that measured it (this_worker)
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 
 
@@ -42,6 +43,31 @@ def claim(study: optuna.Study, trial, name: str) -> None:
 def set_source(study: optuna.Study, trial, source: str) -> None:
     """Records where `trial`'s point came from (one of SOURCES)."""
     study._storage.set_trial_system_attr(trial._trial_id, SOURCE, source)
+
+
+def this_worker() -> str:
+    """This process as a tuning worker: host, the GPUs it sees (CUDA_VISIBLE_DEVICES, as workers.py
+    gives each worker one) and process id."""
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:gpu{os.environ.get('CUDA_VISIBLE_DEVICES', '*')}:{os.getpid()}"
+
+
+def set_worker(study: optuna.Study, trial) -> None:
+    """Records that this process measures `trial`."""
+    study._storage.set_trial_system_attr(trial._trial_id, WORKER, this_worker())
+
+
+def trial_workers(study: optuna.Study) -> dict[str, int]:
+    """How many of the study's measured trials each worker measured (trials measured before workers were
+    recorded are left out)."""
+    out: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
+        worker = t.system_attrs.get(WORKER)
+        if worker and claim_of(t) and "rejected" not in t.user_attrs and "duplicate" not in t.user_attrs:
+            out[worker] = out.get(worker, 0) + 1
+    return out
 
 
 def trial_sources(study: optuna.Study) -> dict[str, int]:

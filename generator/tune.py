@@ -211,8 +211,11 @@ def measure_batch(study, bucket: Bucket, measurer: Measurer, asked: list, unbuil
     import optuna
     from optuna.trial import TrialState as S
 
+    from .search import set_worker
+
     for trial, v in asked:
         progress()  # (one measured candidate more, whatever becomes of it)
+        set_worker(study, trial)
         if v in unbuilt:
             fail(study, trial, f"build: {unbuilt[v]}", log, f"[{bucket.name}] {v.name}: BUILD FAILED")
             continue
@@ -279,10 +282,13 @@ def fail(study, trial, reason: str, log, line: str) -> None:
 def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> BucketResult:
     """The study's best verified variant, timed against the dense path (Measurer.compare)."""
     from .design import describe_sources
-    from .search import kind_times, trial_sources
+    from .search import kind_times, trial_sources, trial_workers
 
     c = counts(study)
     sources = trial_sources(study)
+    workers = trial_workers(study)
+    by_worker = (f"; measured by {len(workers)} workers: " + ", ".join(f"{w} {n}" for w, n in sorted(workers.items()))
+                 if len(workers) > 1 else "")
     complete = [t for t in study.get_trials(deepcopy=False) if t.value is not None and "variant" in t.user_attrs]
     if not complete:
         return BucketResult(bucket, None, None, c["measured"], c["rejected"], c["failed"], c["pruned"], study,
@@ -292,7 +298,7 @@ def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> Bucke
     comparison = measurer.compare(best, bucket)
     log(f"[{bucket.name}] {best.name}: fused {comparison.fused_ms:.3f} ms (+-{comparison.fused_spread:.1%}), dense "
         f"{comparison.dense_ms:.3f} ms (+-{comparison.dense_spread:.1%}), timed alike; its "
-        f"{c['measured']} trials came from: {describe_sources(sources)}")
+        f"{c['measured']} trials came from: {describe_sources(sources)}{by_worker}")
     return BucketResult(bucket, best, comparison, c["measured"], c["rejected"], c["failed"], c["pruned"], study,
                         settle_s=time.monotonic() - start, trial_sources=sources, kind_ms=kind_times(study))
 

@@ -482,6 +482,7 @@ print(" ".join(m.fused_calls))
 def test_two_workers_share_one_study_without_measuring_a_variant_twice(tmp_path, kind, request):
     """Two worker processes, one storage: a journal file (one host), or a PostgreSQL server (several
     hosts, as README tells them to share a study; a private server started for the test)."""
+    from generator.search import trial_workers
     from generator.tune import counts, open_study, record, settle_bucket
     from generator.workers import storage_for
     from runtime.table import load_table, table_path
@@ -500,7 +501,13 @@ def test_two_workers_share_one_study_without_measuring_a_variant_twice(tmp_path,
     bucket = Bucket(32, 1024, 4096, 65536)
     study = open_study(bucket, "sm90a", storage_for(storage), gpu="Fake")
     assert 16 <= counts(study)["measured"] <= 17  # (a worker may start one more as the other finishes)
-    result = settle_bucket(study, bucket, FakeMeasurer(), log=lambda s: None)  # the table, settled from the study
+    lines: list[str] = []
+    result = settle_bucket(study, bucket, FakeMeasurer(), log=lines.append)  # the table, settled from the study
+    workers = trial_workers(study)  # each trial's worker recorded: the two processes, what each measured
+    assert sorted(workers.values()) == sorted(map(len, measured)) and len(workers) == 2
+    assert all(f":{p.pid}" in w for w, p in zip(sorted(workers, key=lambda w: int(w.rsplit(":", 1)[1])),
+                                                sorted(procs, key=lambda p: p.pid)))
+    assert "measured by 2 workers" in lines[-1]
     record(table_path("Fake", tmp_path), "Fake", "sm90a", result, None, log=lambda s: None)
     (entry,) = load_table(table_path("Fake", tmp_path))
     assert entry.variant == result.best.name and entry.trials == counts(study)["measured"]
