@@ -153,11 +153,19 @@ def replay(landscape: Landscape, bucket: Bucket, design: Design, seeds: range, t
     return runs
 
 
+def space_size(bucket: Bucket, landscape: Landscape) -> int:
+    """The valid points of the bucket's space for the arch its landscape was recorded on (what `--record`
+    measures without --sample or --part)."""
+    arch = Variant.from_name(next(iter(landscape.points[bucket]))).arch
+    return len(valid_variants(arch=arch, heads=bucket.heads, top_k=bucket.top_k))
+
+
 def summary(bucket: Bucket, landscape: Landscape, design: str, runs: list[Run]) -> dict:
     regrets = [r.regret for r in runs]
     best, best_ms = landscape.best(bucket)
     sources = {s: sum(r.sources[s] for r in runs) for s in runs[0].sources}
-    return {"bucket": bucket.name, "points": len(landscape.points[bucket]), "best": best, "best_ms": best_ms,
+    return {"bucket": bucket.name, "points": len(landscape.points[bucket]), "space": space_size(bucket, landscape),
+            "best": best, "best_ms": best_ms,
             "design": design, "runs": len(runs), "median_regret": statistics.median(regrets),
             "worst_regret": max(regrets), "within_2pct": sum(r <= 0.02 for r in regrets),
             "trials": statistics.median(r.measured for r in runs), "sources": sources,
@@ -170,7 +178,9 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         total = sum(r["sources"].values()) or 1
         sources = ", ".join(f"{s} {n / total:.0%}" for s, n in r["sources"].items() if n)
-        lines.append(f"| {r['bucket']} | {r['points']} | {r['best_ms']:.3f} ms | {r['design']} | {r['trials']:.0f} | "
+        # (a landscape of part of the space: its best and the regrets are of those points only)
+        points = r["points"] if r["points"] >= r.get("space", 0) else f"{r['points']} of {r['space']}"
+        lines.append(f"| {r['bucket']} | {points} | {r['best_ms']:.3f} ms | {r['design']} | {r['trials']:.0f} | "
                      f"{r['median_regret']:.1%} | {r['worst_regret']:.1%} | {r['within_2pct']}/{r['runs']} | {sources} |"
                      + (f" ({r['unrecorded']} unrecorded)" if r["unrecorded"] else ""))
     return "\n".join(lines)

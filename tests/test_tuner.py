@@ -606,12 +606,16 @@ def test_searches_replayed_over_the_whole_space_find_its_best_and_say_where_thei
 
 
 def test_a_replay_over_a_sample_of_the_space_counts_the_points_it_lacked(tmp_path):
-    from generator.regret import DESIGNS, Landscape, record, replay
+    from generator.regret import DESIGNS, Landscape, markdown, record, replay, summary
 
     bucket, path = Bucket(32, 2048, 16384, 524288), tmp_path / "landscape.jsonl"
     record(bucket, FakeMeasurer(), valid_variants(arch="sm90a", heads=32, top_k=2048)[::5], path, log=lambda s: None)
-    runs = replay(Landscape.read(path), bucket, DESIGNS["random"], range(2), trials=12)
+    landscape = Landscape.read(path)
+    runs = replay(landscape, bucket, DESIGNS["random"], range(2), trials=12)
     assert sum(r.unrecorded for r in runs) > 0  # a failed trial each, not a time
+    space = len(valid_variants(arch="sm90a", heads=32, top_k=2048))
+    row = summary(bucket, landscape, "random", runs)  # its table says the regret is over part of the space
+    assert f"| {len(landscape.points[bucket])} of {space} |" in markdown([row])
 
 
 def test_a_design_limits_the_neighbours_and_hands_the_rest_to_the_model():
