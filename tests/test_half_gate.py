@@ -42,12 +42,15 @@ def test_full_range_data_keeps_every_score():
     assert torch.allclose(before, after, rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("family", ["random", "signed_weights", "wide_range"])
+@pytest.mark.parametrize("family", ["random", "signed_weights", "wide_range", "mostly_zero"])
 @pytest.mark.parametrize("bound", ["key", "norm", "row"])
-def test_the_gate_on_full_range_data_stays_within_its_bound(family, bound):
+@pytest.mark.parametrize("relu", ["max", "linear"])
+def test_the_gate_on_full_range_data_stays_within_its_bound(family, bound, relu):
     """The data at fp8's full range overflows fp16 sums unless the gate scales its query back: it does,
-    and the bound (over each key, or the same for every key of a row) still holds and is not vacuous."""
-    s = study(family, keys=2048, heads=64, top_k=512, rows=2, length=16, accumulate="fp16", full_range=True, bound=bound)
+    and the bound (over each key, or the same for every key of a row; relu by HMNMX2 or by its identity
+    with the linear half from two product columns) still holds and is not vacuous."""
+    s = study(family, keys=2048, heads=64, top_k=512, rows=2, length=16, accumulate="fp16", full_range=True, bound=bound,
+              relu=relu)
     assert s["keys_outside_fp16"] == 0
     assert 0 < s["worst_error_over_bound"] <= 1
 

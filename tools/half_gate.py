@@ -79,16 +79,19 @@ def chains(w16: torch.Tensor, r16: torch.Tensor, length: int) -> torch.Tensor:
 
 
 def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64, a16: torch.Tensor | None = None,
-             missed: torch.Tensor | None = None) -> dict:
+             missed: torch.Tensor | None = None, linear: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
     """One row: a [heads, keys] fp32 products, w [heads] fp32 weights, chains of at most `length`
     heads. The exact epilogue (fp64 over the fp32 values), the fp16 gate P - M, its bound B and how
     many products leave fp16's range. With a16 (the products accumulated in fp16 by the tensor core)
     and missed ([keys], at least sum_h |w_h| |a16_h - a_h|: accumulation_bound), the gate starts from
-    a16 instead of rounding a."""
+    a16 instead of rounding a. With linear (L, its bound: linear_column), the gate is relu's identity
+    w relu(x) = (w x + w |x|) / 2: (L + P - M) / 2, P and M over |a16| (one HFMA2 with |x| a pair), L =
+    sum_h w_h a_h from the tensor core."""
     a64, w64 = a.double(), w.double()
     exact = (w64[:, None] * a64.clamp(min=0)).sum(0)
-    # (relu after the rounding: HMNMX2 on the half2)
-    r16 = (a.to(torch.float16) if a16 is None else a16.to(torch.float16)).clamp(min=0)
+    # (relu after the rounding: HMNMX2 on the half2; |x| with the identity: HFMA2's operand modifier)
+    r16 = (a.to(torch.float16) if a16 is None else a16.to(torch.float16))
+    r16 = r16.abs() if linear is not None else r16.clamp(min=0)
     w16 = w.to(torch.float16)
     pos, neg = w64 > 0, w64 < 0
     p = chains(w16[pos], r16[pos], length) if pos.any() else torch.zeros_like(exact)
@@ -98,10 +101,15 @@ def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64, a16: torch.Tens
     absolute = heads * TINY * (2 * w64.abs().max() + 1) + 2 * n * TINY
     chain_sums = (p + m) / (1 - gamma(n))  # >= the chains' exact sum
     if a16 is not None:
-        # |relu(a16_h) - relu(a_h)| <= |a16_h - a_h|, weighted: missed; the weights' rounding u |w_h|
-        # relu(a16_h); the chains gamma(n) of their sum.
+        # |relu(a16_h) - relu(a_h)| <= |a16_h - a_h| (and ||a16_h| - |a_h||), weighted: missed; the weights'
+        # rounding u |w_h| relu(a16_h); the chains gamma(n) of their sum.
         weighted_missed = missed.double() * (1 + U)
         bound = weighted_missed + U * (chain_sums + weighted_missed) + gamma(n) * chain_sums + absolute
+        if linear is not None:  # the two halves' bounds halved, and the fp32 add of L and P - M
+            value, linear_bound = linear
+            gate = (value + p - m) / 2
+            bound = (bound + linear_bound) / 2 + 2.0 ** -24 * (value.abs() + p + m)
+            return {"exact": exact, "gate": gate, "bound": bound, "outside": int((a.abs() > F16_MAX).any(0).sum())}
     else:
         # The bound, from what the kernel would have: P, M and the extra column L = sum_h |w_h| a_h (taken
         # as exact: its fp32 accumulation's error, about 2^-17 of sum_h |w_h| sum_d |q_hd k_d|, is left
@@ -167,6 +175,11 @@ def accumulation_bound(q_gate: torch.Tensor, w_gate: torch.Tensor, rounding: tor
     ACCUMULATION sum_d |q_hd| |k_d|) plus the gate query's rounding (sum_d rounding_hd |k_d|), i.e. c . |k|
     with c_d = sum_h |w_h| (ACCUMULATION |q_hd| + rounding_hd), bounded as BOUNDS[kind] says."""
     c = w_gate.double().abs() @ (ACCUMULATION * q_gate.double().abs() + (0 if rounding is None else rounding.double()))
+    return over_keys(c, k, kind)
+
+
+def over_keys(c: torch.Tensor, k: torch.Tensor, kind: str) -> torch.Tensor:
+    """An upper bound of c . |k| for every key ([keys]; c >= 0 over the 128 dims), as BOUNDS[kind] says."""
     k_abs = k.double().abs()
     if kind == "key":
         return k_abs @ c
@@ -175,15 +188,34 @@ def accumulation_bound(q_gate: torch.Tensor, w_gate: torch.Tensor, rounding: tor
     return (c.sum() * FP8_MAX).expand(k.shape[0])
 
 
+def linear_column(q_scaled: torch.Tensor, w_gate: torch.Tensor, k: torch.Tensor, kind: str) -> tuple:
+    """relu's linear half for one row, L = sum_h w_h a_h = v . k with v = sum_h w_h q_h, as the tensor core
+    would give it: v scaled by the power of two 2^-t that keeps its fp16 sums in range, cut into two fp8
+    pieces (hi, then what hi misses), each a product column accumulated in fp16, added in fp32 and scaled
+    back. Returns (L [keys], a bound on |L - v . k| [keys]: the pieces' residual and their accumulation,
+    over |k| as `kind` says)."""
+    v = w_gate.double() @ q_scaled.double()
+    scale = power_of_two_to(v.abs().sum(-1, keepdim=True), F16_MAX / 1.01 / FP8_MAX)
+    scaled = v / scale
+    hi = scaled.to(torch.float8_e4m3fn).double()
+    lo = (scaled - hi).to(torch.float8_e4m3fn).double()
+    value = (fp16_accumulated(hi[None].float(), k)[0] + fp16_accumulated(lo[None].float(), k)[0]) * scale
+    c = scale * ((scaled - hi - lo).abs() + ACCUMULATION * (hi.abs() + lo.abs()))
+    return value, over_keys(c, k, kind) * (1 + U) + 2.0 ** -24 * value.abs()
+
+
 def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int = 64, seed: int = 0,
-          accumulate: str = "fp32", full_range: bool = False, bound: str = "key", block_rows: int = 1) -> dict:
+          accumulate: str = "fp32", full_range: bool = False, bound: str = "key", block_rows: int = 1,
+          relu: str = "max") -> dict:
     """The gate over `rows` rows of a workload family (each row over every key: a long chunk's last
     rows), against the exact top_k of each row; accumulate: how the tensor core sums the products
     (fp32, then rounded to fp16 for the gate; or fp16). full_range: the data quantized as a server's
     is (to_full_range) and the gate's query scaled back into fp16's range (full_range_row). bound (with
     fp16 sums): accumulation_bound's kind, "key", "norm" or "row" (BOUNDS). block_rows: also the share of
     the keys that are a candidate of any row of each `block_rows` consecutive rows (a gated kernel's row
-    block: what scoring the union of its candidates again would cost), median over the blocks."""
+    block: what scoring the union of its candidates again would cost), median over the blocks. relu (with
+    fp16 sums): "max" (HMNMX2 then HFMA2) or "linear" (relu's identity: HFMA2 with |x|, and the linear half
+    from two product columns a row: linear_column)."""
     from generator.workloads import make_workload
 
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed)
@@ -199,12 +231,14 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
         a = (q[r].double() @ k.double().T).float()  # the fp32 products (wgmma accumulates in fp32)
         unscaled_outside.append(float((a.abs() > F16_MAX).double().mean()))
         if accumulate == "fp16":
-            q_gate, w_gate, rounding = q[r].double(), wl.weights[r].float(), None
+            q_scaled = q_gate = q[r].double()
+            w_gate, rounding = wl.weights[r].float(), None
             if full_range:
                 q_scaled, q_gate, w_gate, rounding = full_range_row(q[r], wl.weights[r])
                 a = (q_scaled @ k.double().T).float()  # (w_gate a = w times the row's own products)
             g = gate_row(a, w_gate, length, fp16_accumulated(q_gate.float(), k),
-                         accumulation_bound(q_gate, w_gate, rounding, k, bound))
+                         accumulation_bound(q_gate, w_gate, rounding, k, bound),
+                         linear_column(q_scaled, w_gate, k, bound) if relu == "linear" else None)
         else:
             g = gate_row(a, wl.weights[r].float(), length)
         scale = wl.k_scale.double()
@@ -222,7 +256,7 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
     unions = sorted(float(torch.stack(candidates[b:b + block_rows]).any(0).double().mean())
                     for b in range(0, rows - block_rows + 1, block_rows))
     return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length,
-            "accumulate": accumulate, "full_range": full_range, "bound": bound, "block_rows": block_rows,
+            "accumulate": accumulate, "full_range": full_range, "bound": bound, "block_rows": block_rows, "relu": relu,
             "union_share": unions[len(unions) // 2] if unions else None,
             "median_ratio": ratios[len(ratios) // 2] if ratios else None, "worst_ratio": ratios[-1] if ratios else None,
             "tied_rows": tied, "worst_error_over_bound": worst, "keys_outside_fp16": outside / rows,
@@ -246,15 +280,19 @@ def main() -> int:
                    help="also print the share of the keys that are a candidate of any of this many consecutive rows")
     p.add_argument("--bound", choices=tuple(BOUNDS), default="key",
                    help="with --accumulate fp16, the accumulation's bound: " + "; ".join(f"{k}: {v}" for k, v in BOUNDS.items()))
+    p.add_argument("--relu", choices=("max", "linear"), default="max",
+                   help="with --accumulate fp16: relu by HMNMX2 (max), or by its identity w relu(x) = (w x + w |x|) / 2 "
+                        "(linear: HFMA2 with |x|, the linear half from two product columns a row)")
     args = p.parse_args()
-    if args.bound != "key" and args.accumulate != "fp16":
-        p.error(f"--bound {args.bound} needs --accumulate fp16")
+    if (args.bound != "key" or args.relu != "max") and args.accumulate != "fp16":
+        p.error("--bound and --relu need --accumulate fp16")
     for family in args.family or ["random", "signed_weights", "peaked"]:
         s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain, accumulate=args.accumulate,
-                  full_range=args.full_range, bound=args.bound, block_rows=args.block_rows)
+                  full_range=args.full_range, bound=args.bound, block_rows=args.block_rows, relu=args.relu)
         ratios = ("no row without ties" if s["median_ratio"] is None else
                   f"{s['median_ratio']:.3f}x the keys at or above the k-th score (median over rows), {s['worst_ratio']:.3f}x at worst")
-        data = f", full range, {s['bound']} bound" if s["full_range"] else f", {s['bound']} bound" if args.accumulate == "fp16" else ""
+        data = (f"{', full range' if s['full_range'] else ''}, {s['bound']} bound{', relu by its identity' if s['relu'] == 'linear' else ''}"
+                if args.accumulate == "fp16" else "")
         print(f"{family:16s} H={s['heads']} top-{s['top_k']} {s['keys']} keys, {s['accumulate']} sums{data}, chains of {s['chain']}: "
               f"the gate passes {ratios}; "
               f"{s['tied_rows']} of {s['rows']} rows tied at the k-th; worst error {s['worst_error_over_bound']:.3f} of its "
