@@ -32,7 +32,9 @@ real gate, whose T comes from a sample, would pass.
 With --full-range the data is quantized as a server's is (every query head and key at fp8's full range,
 where most fp16 sums would overflow) and the gate scales its own query back (full_range_row); --bound
 key|norm|row picks how the accumulation's error is bounded (BOUNDS: what each costs the scan);
---block-rows R also prints the share of the keys that are a candidate of any of R consecutive rows.
+--block-rows R also prints the share of the keys that are a candidate of any of R consecutive rows;
+--relu linear takes relu by its identity (HFMA2 with |x|, the linear half from two product columns a
+row: linear_column).
 """
 
 from __future__ import annotations
