@@ -38,6 +38,7 @@ from runtime.table import (
     load_table,
     save_table,
     table_dir,
+    table_for,
     table_meta,
     table_path,
     table_paths,
@@ -321,10 +322,12 @@ def merge_entries(old: list[Entry], new: list[Entry]) -> list[Entry]:
     return list(merged.values())
 
 
-def incumbent_tables(gpu: str, out_dir: Path) -> list[Path | None]:
-    """Where a study looks for its bucket's incumbent (table_choice): the run's own table, then the
-    one the runtime reads for this GPU (the user's, else the shipped one)."""
-    return [table_path(gpu, out_dir), find_table(gpu)]
+def incumbent_tables(gpu: str, out_dir: Path, runtime_table: Path | None = None) -> list[Path | None]:
+    """Where a study looks for its bucket's incumbent (table_choice) and its kinds' evidence
+    (losing_kinds): the run's own table, then the one the runtime reads for this GPU, given as
+    runtime_table (runtime.table.table_for: its own, else one tuned on another GPU of its arch), by
+    default this GPU's own (the user's, else the shipped one)."""
+    return [table_path(gpu, out_dir), runtime_table or find_table(gpu)]
 
 
 LOSING_RATIO = 1.3  # a kind this much slower than the best in every bucket of a class is not started there
@@ -370,16 +373,17 @@ WAVE = 16  # buckets searched together: their model proposals compile in one par
 
 def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: int, out_dir: Path,
         time_budget_s: float | None = None, storage=None, build_fn=None, meta: dict | None = None,
-        log=print, progress=lambda: None, every_kind: bool = False, design: Design = DEFAULT_DESIGN
-        ) -> list[BucketResult]:
+        log=print, progress=lambda: None, every_kind: bool = False, design: Design = DEFAULT_DESIGN,
+        tables: list[Path | None] | None = None) -> list[BucketResult]:
     """Tunes the buckets in waves of WAVE, rewriting the table after each bucket; once the time budget
     is spent, the buckets not yet started are skipped (the first wave always runs). A wave's buckets
     are searched up to the model's turn first (their known points and neighbours, compiled before the
     search: first_candidates), then the model's first proposals of all of them are compiled in one
     parallel build (one nvcc round for the wave, not one a bucket), measured, and each bucket's search
-    finished and settled. every_kind: start every kernel kind, whatever the tables' evidence."""
+    finished and settled. every_kind: start every kernel kind, whatever the tables' evidence. tables:
+    where the studies start from (incumbent_tables; default this GPU's own)."""
     path = table_path(gpu, out_dir)
-    tables = incumbent_tables(gpu, out_dir)
+    tables = tables or incumbent_tables(gpu, out_dir)
     results: list[BucketResult] = []
     start, build_s = time.monotonic(), 0.0  # (the waves' shared builds: in the table's header, not in tune_s)
     for first in range(0, len(buckets), WAVE):
@@ -719,7 +723,12 @@ def main(args) -> int:
                         log=lambda s: print(s, flush=True))
         return 0 if fresh else 1
 
-    tables = incumbent_tables(gpu, out_dir)
+    # A GPU without a table of its own starts from the one the runtime serves it (tuned on another GPU
+    # of its arch): its choices are starting points, measured here like any other.
+    runtime_table = table_for(identity)
+    tables = incumbent_tables(gpu, out_dir, runtime_table.path)
+    if runtime_table.path is not None and runtime_table.path != find_table(gpu):
+        log(f"starting from the table the runtime serves this GPU: {runtime_table.why}")
 
     def study_of(bucket, storage):
         return tuning_study(bucket, arch.name, storage, tables, gpu, DESIGNS[args.design], args.every_kind)
@@ -749,7 +758,7 @@ def main(args) -> int:
             f"budget {args.time_budget:.0f} min -> {path}")
         results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
                       storage=storage_for(args.storage), build_fn=lambda vs: build(vs), meta=meta, log=log,
-                      progress=progress, every_kind=args.every_kind, design=DESIGNS[args.design])
+                      progress=progress, every_kind=args.every_kind, design=DESIGNS[args.design], tables=tables)
     if bar is not None:
         bar.close()
     from .report import time_summary, write_report

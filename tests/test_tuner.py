@@ -858,6 +858,29 @@ def test_with_the_shipped_table_the_model_proposes_a_third_of_the_default_trials
     assert min(model) >= 2 and sum(m >= 4 for m in model) > len(buckets) / 2
 
 
+def test_a_gpu_without_its_own_table_starts_from_the_one_the_runtime_serves_it(tmp_path, monkeypatch):
+    """An H100 has no shipped table; the runtime serves it the H200's (same arch). tune starts its
+    studies from that table as it would from its own: the table's choice measured first, its evidence
+    sparing the losing kinds' starting points (where it started afresh before, as on a new arch)."""
+    from generator.search import trial_sources
+    from generator.tune import incumbent_tables, run
+    from runtime.gpu import GpuIdentity
+    from runtime.table import find_table, table_for
+
+    monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path / "user-tables"))
+    h100 = GpuIdentity("H100-SXM5-80GB", 132, (9, 0), "NVIDIA H100 80GB HBM3")
+    served = table_for(h100).path
+    assert find_table(h100.key) is None and served == REPO / "tuned_configs" / "H200-132SM.json"
+    tables = incumbent_tables(h100.key, tmp_path / "out", served)
+    assert tables == [tmp_path / "out" / "H100-SXM5-80GB-132SM.json", served]
+    bucket = Bucket(32, 2048, 16384, 131072)  # (a bucket the H200 table holds)
+    (with_table,) = run([bucket], FakeMeasurer(), h100.key, "sm90a", 12, tmp_path / "out", tables=tables,
+                        log=lambda s: None)
+    (afresh,) = run([bucket], FakeMeasurer(), h100.key, "sm90a", 12, tmp_path / "out2", log=lambda s: None)
+    assert trial_sources(with_table.study)["table"] == 1 and trial_sources(afresh.study)["table"] == 0
+    assert trial_sources(with_table.study)["start"] < trial_sources(afresh.study)["start"]  # (losing kinds spared)
+
+
 def test_a_point_that_does_not_build_is_recorded_as_failed_and_the_recording_goes_on(tmp_path):
     from generator.regret import Landscape, record
     from runtime.toolchain import BuildError
