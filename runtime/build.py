@@ -252,9 +252,11 @@ class _Recorder:
         self.plans = {str(p.library): p for p in plans}
 
     def finished(self, library: str) -> None:
-        """ninja finished the edge that writes `library` (built, or failed: then the file is absent)."""
-        p = self.plans.pop(library, None)
+        """ninja reported the edge that writes `library`: recorded if the library is there (a failed edge
+        leaves none; a ninja that reports an edge as it starts, not as it ends, leaves it to rest())."""
+        p = self.plans.get(library)
         if p is not None and p.is_built:
+            del self.plans[library]
             self._record([p])
 
     def rest(self) -> None:
@@ -271,8 +273,8 @@ class _Recorder:
 def _run_ninja(cmd: list[str], root: Path, count: int, progress: bool,
                on_finished: Callable[[str], None] = lambda library: None) -> tuple[int, str]:
     """Runs ninja, its output captured; with progress, a bar on a terminal (tqdm) or a line a finished
-    library elsewhere. ninja prints an edge's status line when the edge ends (its output is not a
-    terminal): on_finished gets that library's path. Returns (exit code, output)."""
+    library elsewhere. ninja (1.13 here) prints an edge's status line when the edge ends, its output
+    not being a terminal: on_finished gets that library's path. Returns (exit code, output)."""
     env = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
     proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     bar = None

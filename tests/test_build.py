@@ -272,6 +272,27 @@ def test_a_build_cut_short_keeps_the_libraries_it_finished(tmp_path, monkeypatch
         toolchain.nvcc_version.cache_clear()
 
 
+def test_a_library_reported_before_it_is_written_is_recorded_once_it_is():
+    """Whether a ninja reports an edge as it ends (1.13 does, piped) or as it starts, the build records
+    each library that exists, and none that does not: a report before the file is there leaves it to
+    the end of the build."""
+    import tempfile
+
+    from runtime.build import _Recorder, plan
+    from runtime.defaults import default_variant
+    from runtime.library_cache import read_manifest
+
+    root = Path(tempfile.mkdtemp())
+    p = plan(default_variant(32, 512, "sm90a"), root)
+    recorder = _Recorder(root, [p], "fake nvcc")
+    recorder.finished(str(p.library))  # (reported as it starts: nothing there yet)
+    assert read_manifest(root) == {}
+    p.library.parent.mkdir(parents=True, exist_ok=True)
+    p.library.write_bytes(b"a library")
+    recorder.rest()
+    assert [r["variant"] for r in read_manifest(root).values()] == [p.variant.name]
+
+
 def test_cli_list_and_render(tmp_cache):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-m", "generator", "list", "--heads", "64", "--top-k", "512", "--invalid"],
