@@ -62,3 +62,23 @@ def test_a_row_blocks_candidates_cover_more_than_either_row_and_at_most_both():
     larger = study("random", block_rows=1, **kw)["union_share"]  # (blocks of one row: the median of two is the larger)
     both = study("random", block_rows=2, **kw)["union_share"]
     assert 0 < larger < both <= 2 * larger
+
+
+@pytest.mark.parametrize("weight_scale", [2.0 ** 12, 2.0 ** -20])
+def test_the_fp16_sums_stay_in_range_whatever_the_weights(weight_scale):
+    """The weights take a power of two a row before the fp16 chains (chain_scale): weights 4,096x the
+    families' would overflow the chains' sums, a millionth of them sink into fp16's subnormals; the gate
+    stays finite and within its bound either way, and the bound keeps its proportion to the scores."""
+    from tools.half_gate import accumulation_bound, fp16_accumulated, full_range_row, to_full_range
+
+    wl = to_full_range(make_workload("random", 1, 2048, 64, 512, seed=7))
+    q, k = wl.q[0].float(), wl.k_fp8.float()
+    results = []
+    for w in (wl.weights[0], wl.weights[0] * weight_scale):
+        q_scaled, q_gate, w_gate, rounding = full_range_row(q, w)
+        a = (q_scaled @ k.double().T).float()
+        g = gate_row(a, w_gate, 16, fp16_accumulated(q_gate.float(), k), accumulation_bound(q_gate, w_gate, rounding, k, "norm"))
+        assert torch.isfinite(g["gate"]).all() and torch.isfinite(g["bound"]).all()
+        assert bool(((g["gate"] - g["exact"]).abs() <= g["bound"]).all())
+        results.append(g["bound"] / g["exact"].abs().max())
+    assert torch.allclose(results[0], results[1], rtol=0.05)

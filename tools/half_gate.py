@@ -40,6 +40,7 @@ row: linear_column).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -94,13 +95,17 @@ def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64, a16: torch.Tens
     # (relu after the rounding: HMNMX2 on the half2; |x| with the identity: HFMA2's operand modifier)
     r16 = (a.to(torch.float16) if a16 is None else a16.to(torch.float16))
     r16 = r16.abs() if linear is not None else r16.clamp(min=0)
-    w16 = w.to(torch.float16)
     pos, neg = w64 > 0, w64 < 0
-    p = chains(w16[pos], r16[pos], length) if pos.any() else torch.zeros_like(exact)
-    m = chains(-w16[neg], r16[neg], length) if neg.any() else torch.zeros_like(exact)
+    # With fp16 sums the weights take a power of two a row, 2^-r, that keeps every chain's sum in range
+    # (a chain's |w| summed at most 1, every product under 65,504 / 1.01); the chains' results are scaled
+    # back, exactly. (Products rounded from fp32 stay far inside the range: no scale.)
+    scale = chain_scale(w64, pos, neg, length) if a16 is not None else 1.0
+    w16 = (w64 / scale).to(torch.float16)
+    p = chains(w16[pos], r16[pos], length) * scale if pos.any() else torch.zeros_like(exact)
+    m = chains(-w16[neg], r16[neg], length) * scale if neg.any() else torch.zeros_like(exact)
     n = min(max(int(pos.sum()), int(neg.sum()), 1), length)
     heads = a.shape[0]
-    absolute = heads * TINY * (2 * w64.abs().max() + 1) + 2 * n * TINY
+    absolute = (heads * TINY * (2 * (w64 / scale).abs().max() + 1) + 2 * n * TINY) * scale
     chain_sums = (p + m) / (1 - gamma(n))  # >= the chains' exact sum
     if a16 is not None:
         # |relu(a16_h) - relu(a_h)| <= |a16_h - a_h| (and ||a16_h| - |a_h||), weighted: missed; the weights'
@@ -122,6 +127,15 @@ def gate_row(a: torch.Tensor, w: torch.Tensor, length: int = 64, a16: torch.Tens
         abs_sum = ((2 * (p + m) + 2 * gamma(n) * chain_sums + 2 * absolute - abs_linear) / (1 - 4 * U)).clamp(min=0)
         bound = 2 * U * abs_sum + gamma(n) * chain_sums + absolute
     return {"exact": exact, "gate": p - m, "bound": bound, "outside": int((a.abs() > F16_MAX).any(0).sum())}
+
+
+def chain_scale(w: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, length: int) -> float:
+    """The power of two at or just above the largest chain's sum of |w| (the heads of one sign in order,
+    `length` a chain, as chains() takes them): w divided by it has every chain's sum in (1/2, 1], so
+    every chain's fp16 sum stays in range and its terms as far above the subnormals as that allows."""
+    largest = max((float(g[i:i + length].sum()) for g in (w[pos].abs(), w[neg].abs()) for i in range(0, len(g), length)),
+                  default=0.0)
+    return 2.0 ** math.ceil(math.log2(largest)) if largest > 0 else 1.0
 
 
 def fp16_accumulated(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
