@@ -59,24 +59,28 @@ def set_worker(study: optuna.Study, trial) -> None:
     study._storage.set_trial_system_attr(trial._trial_id, WORKER, this_worker())
 
 
+def measured_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The study's measured trials: complete, failed, or stopped by the pruner, with a point claimed
+    (not an invalid point pruned with its reason, nor a model point another trial had taken)."""
+    return [t for t in study.get_trials(deepcopy=False, states=FINISHED)
+            if claim_of(t) and "rejected" not in t.user_attrs and "duplicate" not in t.user_attrs]
+
+
 def trial_workers(study: optuna.Study) -> dict[str, int]:
     """How many of the study's measured trials each worker measured (trials measured before workers were
     recorded are left out)."""
     out: dict[str, int] = {}
-    for t in study.get_trials(deepcopy=False, states=FINISHED):
-        worker = t.system_attrs.get(WORKER)
-        if worker and claim_of(t) and "rejected" not in t.user_attrs and "duplicate" not in t.user_attrs:
+    for t in measured_trials(study):
+        if worker := t.system_attrs.get(WORKER):
             out[worker] = out.get(worker, 0) + 1
     return out
 
 
 def trial_sources(study: optuna.Study) -> dict[str, int]:
-    """How many of the study's measured trials (complete, failed, or stopped by the pruner, with a
-    point claimed) came from each source."""
+    """How many of the study's measured trials came from each source."""
     out = dict.fromkeys(SOURCES, 0)
-    for t in study.get_trials(deepcopy=False, states=FINISHED):
-        source = t.system_attrs.get(SOURCE)
-        if source in out and claim_of(t) and "rejected" not in t.user_attrs and "duplicate" not in t.user_attrs:
+    for t in measured_trials(study):
+        if (source := t.system_attrs.get(SOURCE)) in out:
             out[source] += 1
     return out
 

@@ -154,7 +154,7 @@ def main() -> int:
     if args.paged:
         return paged_costs(args.shape or ["1x8192"], args.heads, args.top_k, args.next_n)
     if not args.variant:
-        p.error("give a VARIANT, or --entry")
+        p.error("give a VARIANT, or --entry, or --paged")
 
     import torch
 
