@@ -30,8 +30,13 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.globals["include_raw"] = include_raw
-    env.globals["wgmma"] = lambda n: env.get_template("common/wgmma.cuh.j2").render(n=n)
+    env.globals["wgmma"] = wgmma_source
     return env
+
+
+def wgmma_source(n: int) -> str:
+    """templates/common/wgmma.cuh.j2 rendered for an N: the warpgroup product and its epilogue's helpers."""
+    return _environment().get_template("common/wgmma.cuh.j2").render(n=n)
 
 
 def render(v) -> str:

@@ -342,10 +342,12 @@ def _sass_tool():
 def test_the_tensor_core_probes_compile():
     """tools/accumulation.py compiles its probes (tools/mma_probe.cu, tools/wgmma_probe.cu) on the GPU
     machine, where a compile error costs device time: they compile here, and export what it calls."""
-    from tools import accumulation
+    from tools import accumulation, rescore
 
     mma, wgmma = accumulation.probe_library(), accumulation.wgmma_library()
     assert mma.mma_probe and mma.mma_probe_f16 and wgmma.wgmma_probe_f16 and wgmma.wgmma_rate
+    for heads in (32, 64):  # (tools/rescore.py's probe, over wgmma.cuh.j2 rendered for N = heads)
+        assert rescore.rescore_library(heads).rescore
 
 
 def test_sass_tool_finds_the_innermost_product_loops():

@@ -1,5 +1,6 @@
 """tools/half_gate.py's fp16 gate bound (CPU): it holds on every key of hard families, and it is not
-vacuous (a twentieth of it is broken), so the candidate shares it prints mean something."""
+vacuous (a twentieth of it is broken), so the candidate shares it prints mean something; and the check
+of tools/rescore.py, which times the exact rescoring of the gate's candidates, rejects wrong scores."""
 
 from __future__ import annotations
 
@@ -82,3 +83,21 @@ def test_the_fp16_sums_stay_in_range_whatever_the_weights(weight_scale):
         assert bool(((g["gate"] - g["exact"]).abs() <= g["bound"]).all())
         results.append(g["bound"] / g["exact"].abs().max())
     assert torch.allclose(results[0], results[1], rtol=0.05)
+
+
+def test_the_rescoring_probes_check_rejects_scores_of_other_keys():
+    """tools/rescore.py's check passes exact scores rounded to fp32 and fails them against the scores
+    of each list's next keys (what a gather off by one would return)."""
+    from generator.tensor_core import emulate_wgmma_dots
+    from tools import rescore
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 32, 128, generator=gen).to(torch.float8_e4m3fn)
+    k = torch.randn(1000, 128, generator=gen).to(torch.float8_e4m3fn)
+    scale, w = 0.5 + torch.rand(1000, generator=gen), torch.randn(2, 32, generator=gen)
+    lists = torch.randint(0, 1000, (2, 64), generator=gen).int()
+    exact, magnitude = rescore.exact_scores(q, k, scale, w, lists, dots=emulate_wgmma_dots)
+    assert rescore.worst_error(exact.float(), exact, magnitude) < 1
+    wrong = rescore.exact_scores(q, k, scale, w, (lists + 1) % 1000, dots=emulate_wgmma_dots)
+    assert rescore.worst_error(exact.float(), *wrong) > 1e4
+

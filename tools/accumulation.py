@@ -55,14 +55,14 @@ def fit(observed: torch.Tensor, q: torch.Tensor, k: torch.Tensor, acc0: torch.Te
             "largest |obs - exact| / sum |terms|": float(((obs - exact).abs() / magnitude.clamp(min=1e-300)).max())}
 
 
-def compile_probe(source: str, archs: tuple[str, ...]) -> ctypes.CDLL:
-    """tools/<source>, compiled here for the given archs (e.g. "89", "90a")."""
+def compile_probe(source: str, archs: tuple[str, ...], flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """tools/<source>, compiled here for the given archs (e.g. "89", "90a"), with nvcc `flags` besides."""
     from runtime.toolchain import nvcc_path
 
     lib_path = Path(tempfile.mkdtemp()) / Path(source).with_suffix(".so").name
     gencodes = [x for arch in archs for x in ("-gencode", f"arch=compute_{arch},code=sm_{arch}")]
-    subprocess.run([nvcc_path(), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *gencodes, "-o", str(lib_path),
-                    str(Path(__file__).with_name(source))], check=True)
+    subprocess.run([nvcc_path(), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *gencodes, *flags, "-o",
+                    str(lib_path), str(Path(__file__).with_name(source))], check=True)
     return ctypes.CDLL(str(lib_path))
 
 

@@ -1,0 +1,191 @@
+"""What rescoring a candidate exactly costs beside a (row, key) of today's scan (GPU): the measurement the
+fp16-gate plan's estimate assumed (docs/fp16-gate.md, step 5).
+
+    python tools/rescore.py [--heads 32 --heads 64] [--rows 4096] [--candidates 8192] [--keys 131072]
+                            [--fused VARIANT ...] [--out results.jsonl]
+
+tools/rescore_probe.cu scores each row's candidate keys (a list a row, as a gated scan would leave them)
+a row at a time on the tensor core: the row's query in shared memory, its candidates' keys gathered 64
+at a time beside the products, the exact fp32 epilogue. Each configuration is first verified against
+float64 scores over the tensor core's own dot products (generator.tensor_core; outputs poisoned with NaN
+before the run; the check is shown to reject a wrong list), then timed (median of 20 after warm-up).
+Candidate lists: `sorted` (random keys, ascending: what a scan appends), `contiguous` (consecutive
+keys), `repeated` (the same 64 keys over and over: every gather hits L2). Rates are in scoring TFLOP/s
+(2 x heads x 128 FLOPs a candidate), beside `_scaled_mm`'s sustained rate of the same run (the fp8 floor),
+and with --fused beside a shipped fused variant's rate over a 16,384-row causal chunk of --keys keys
+(top-2048, random data), timed in the same run: a candidate's cost in (row, key) pairs of that scan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import itertools
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from tools.accumulation import compile_probe  # noqa: E402
+
+TILE_KEYS = 64  # candidates a product (the probe's kTileKeys); a row's list is two or more pairs of them
+
+
+def rescore_library(heads: int) -> ctypes.CDLL:
+    """tools/rescore_probe.cu, compiled for sm_90a and `heads`, over wgmma.cuh.j2 rendered for N = heads."""
+    from runtime.render import wgmma_source
+
+    header = Path(tempfile.mkdtemp()) / f"wgmma_n{heads}.cuh"
+    header.write_text(wgmma_source(heads))
+    lib = compile_probe("rescore_probe.cu", ("90a",), (f"-DHEADS={heads}", f'-DWGMMA_HEADER="{header}"'))
+    lib.rescore.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+    assert lib.rescore_heads() == heads
+    return lib
+
+
+def candidate_lists(rows: int, per_row: int, keys: int, kind: str, gen: torch.Generator) -> torch.Tensor:
+    """int32 [rows, per_row] key indices below `keys`: `sorted` random ones ascending, `contiguous` runs
+    from a random start (wrapping), or `repeated`: keys 0-63 over and over (every gather an L2 hit)."""
+    if kind == "sorted":
+        return torch.randint(0, keys, (rows, per_row), generator=gen, device="cuda").sort(dim=1).values.int()
+    if kind == "contiguous":
+        start = torch.randint(0, keys, (rows, 1), generator=gen, device="cuda")
+        return ((start + torch.arange(per_row, device="cuda")) % keys).int()
+    if kind == "repeated":
+        return torch.arange(TILE_KEYS, device="cuda", dtype=torch.int32).repeat(rows, per_row // TILE_KEYS)
+    raise ValueError(f"candidate lists {kind!r}: expected sorted, contiguous or repeated")
+
+
+def exact_scores(q, k_fp8, k_scale, weights, lists, dots=None):
+    """float64 scores k_scale[c] sum_h w_h relu(q_h . k_c) of each row's candidates, and the magnitude
+    k_scale[c] sum_h |w_h| sum_d |q_hd k_cd| that bounds their rounding. `dots(q [1, H, 128], k [C, 128])`
+    gives the dot products ([1, H, C]): exact by default; generator.tensor_core.wgmma_dots gives the
+    tensor core's own (its 13-bit alignment of each k-step: up to about 2^-11 of the magnitude)."""
+    k = k_fp8[lists.long()]  # [r, C, 128]
+    if dots is None:
+        d = torch.einsum("rhd,rcd->rhc", q.double(), k.double())
+    else:
+        d = torch.cat([dots(q[r:r + 1], k[r]) for r in range(q.shape[0])])
+    mags = torch.einsum("rhd,rcd->rhc", q.double().abs(), k.double().abs())
+    w = weights.double()[:, :, None]
+    scale = k_scale.double()[lists.long()]
+    return scale * (w * d.clamp(min=0)).sum(1), scale.abs() * (w.abs() * mags).sum(1)
+
+
+def worst_error(out, exact, magnitude) -> float:
+    """The largest |out - exact| over the magnitude, in units of 2^-24 (fp32's half ulp): against the
+    tensor core's own dot products (exact_scores' `dots`) only the fp32 head sum and scale differ, a
+    few heads' worth; a wrong key or head is far out."""
+    return float(((out.double() - exact).abs() / (magnitude * 2.0**-24).clamp(min=1e-300)).max())
+
+
+def run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas: int, overlap: bool) -> torch.Tensor:
+    out = torch.full(lists.shape, float("nan"), device="cuda")
+    err = lib.rescore(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), lists.data_ptr(),
+                      out.data_ptr(), lists.shape[0], lists.shape[1], ctas, int(overlap),
+                      torch.cuda.current_stream().cuda_stream)
+    assert err == 0, f"launch: {err}"
+    return out
+
+
+def fused_rate(variant: str, keys: int, heads: int) -> dict:
+    """A shipped fused variant over a 16,384-row causal chunk of `keys` keys, top-2048, random data:
+    its median time and scoring rate over the chunk's visible pairs."""
+    import runtime
+    from generator.timing import median_ms, scoring_tflops
+    from generator.workloads import make_workload
+
+    w = make_workload("random", 16384, keys, heads, 2048, seed=1, device="cuda")
+    pairs = int((w.ke.long() - w.ks.long()).clamp(min=0).sum())
+    call = lambda: runtime.fused_mqa_topk(w.q, (w.k_fp8, w.k_scale), w.weights, w.ks, w.ke, 2048,  # noqa: E731
+                                          variant=variant, validate=False)
+    ms = median_ms(call, warmup=2, reps=10)
+    return {"variant": variant, "ms": ms, "pairs": pairs, "tflops": scoring_tflops(pairs, heads, ms)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--heads", type=int, action="append", choices=(32, 64))
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--candidates", type=int, default=8192, help="a row's candidates (a multiple of 128)")
+    ap.add_argument("--keys", type=int, default=131072)
+    ap.add_argument("--ctas-per-sm", type=int, action="append", help="CTAs a launch, per SM (default 4 and 8)")
+    ap.add_argument("--lists", action="append", choices=("sorted", "contiguous", "repeated"),
+                    help="candidate lists (default sorted and repeated)")
+    ap.add_argument("--fused", action="append", default=[], metavar="VARIANT",
+                    help="also time this fused variant (its heads') over a 16,384-row chunk of --keys keys")
+    ap.add_argument("--sustain", type=float, default=3.0, help="seconds of _scaled_mm for the floor")
+    ap.add_argument("--out", help="append JSON lines here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("tools/rescore.py times a kernel on a GPU; none here.", file=sys.stderr)
+        return 2
+    if args.candidates % (2 * TILE_KEYS):
+        raise SystemExit(f"--candidates {args.candidates}: must be a multiple of {2 * TILE_KEYS}")
+    from generator.tensor_core import wgmma_dots
+    from generator.timing import median_ms, scaled_mm_tflops, scoring_tflops
+    from runtime.variant import Variant
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    floor = scaled_mm_tflops(seconds=args.sustain)
+    print(f"{torch.cuda.get_device_name()}: _scaled_mm sustained {floor:.0f} TFLOP/s over {args.sustain:.0f} s", flush=True)
+    fused = {}
+    for name in args.fused:
+        r = fused_rate(name, args.keys, Variant.from_name(name).heads)
+        fused[Variant.from_name(name).heads] = r
+        print(f"fused {name}: {r['ms']:.3f} ms, {r['tflops']:.0f} TFLOP/s, {r['tflops'] / floor:.2f} of the floor",
+              flush=True)
+    rows_out = []
+    for heads in args.heads or [32, 64]:
+        lib = rescore_library(heads)
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(heads)
+        q = (torch.randn(args.rows, heads, 128, generator=gen, device="cuda")).to(torch.float8_e4m3fn)
+        k_fp8 = torch.randn(args.keys, 128, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        k_scale = 0.75 + 0.5 * torch.rand(args.keys, generator=gen, device="cuda")
+        weights = torch.randn(args.rows, heads, generator=gen, device="cuda")
+        for kind in args.lists or ["sorted", "repeated"]:
+            lists = candidate_lists(args.rows, args.candidates, args.keys, kind, gen)
+            for per_sm, overlap in itertools.product(args.ctas_per_sm or [4, 8], (False, True)):
+                ctas = per_sm * sms
+                out = run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas, overlap)
+                torch.cuda.synchronize()
+                check = slice(0, 8)  # rows verified (float64: 8 x candidates x heads x 128)
+                args_of = lambda lst: (q[check], k_fp8, k_scale, weights[check], lst)  # noqa: E731
+                error = worst_error(out[check], *exact_scores(*args_of(lists[check]), dots=wgmma_dots))
+                exact_error = worst_error(out[check], *exact_scores(*args_of(lists[check])))
+                # The check rejects a wrong answer: the same scores against the next key of each list.
+                wrong = exact_scores(*args_of((lists[check] + 1) % args.keys), dots=wgmma_dots)
+                assert worst_error(out[check], *wrong) > 1e4, "the check passed scores of other keys"
+                ok = bool(torch.isfinite(out).all()) and error <= 2 * (heads + 2)
+                ms = median_ms(lambda: run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas, overlap), warmup=3,
+                               reps=20)
+                tflops = scoring_tflops(args.rows * args.candidates, heads, ms)
+                row = {"heads": heads, "lists": kind, "rows": args.rows, "candidates": args.candidates,
+                       "keys": args.keys, "ctas": ctas, "overlap": overlap, "ms": ms, "tflops": tflops, "floor_tflops": floor,
+                       "share_of_floor": tflops / floor, "error_vs_wgmma_model_half_ulps": error,
+                       "error_vs_exact_half_ulps": exact_error, "verified": ok}
+                if heads in fused:
+                    row["fused"] = fused[heads]
+                    row["candidate_cost_in_scan_pairs"] = fused[heads]["tflops"] / tflops
+                rows_out.append(row)
+                extra = (f", a candidate = {row['candidate_cost_in_scan_pairs']:.2f} pairs of {fused[heads]['variant']}"
+                         if heads in fused else "")
+                print(f"H={heads} {kind:10s} {ctas:4d} CTAs{' overlapped' if overlap else ' in turn   '}: {ms:.3f} ms, {tflops:.0f} TFLOP/s, {tflops / floor:.2f} "
+                      f"of the floor, error {error:.1f} half-ulps of the wgmma model ({exact_error:.0f} of exact), "
+                      f"{'verified' if ok else 'WRONG'}{extra}", flush=True)
+                if not ok:
+                    return 1
+    if args.out:
+        with open(args.out, "a") as f:
+            for row in rows_out:
+                f.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

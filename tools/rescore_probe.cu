@@ -1,0 +1,152 @@
+// Probe of the exact rescoring an fp16-gated scan needs ("Past the epilogue"; docs/fp16-gate.md, step 5;
+// driven by tools/rescore.py): the exact score of each of a row's candidate keys, a row at a time, on
+// the tensor core. What it measures is what a candidate costs beside a (row, key) of today's scan,
+// which the plan's estimate assumed equal.
+//
+// A CTA (one warpgroup) takes a row: its query (H x 128 fp8) goes to a swizzled shared tile, then its
+// candidates 64 at a time: their keys gathered (cp.async, 16 bytes a thread and copy, into the 128-byte
+// swizzle the wgmma descriptors read) with their scales ahead of their products, one m64nHk32 product of
+// four k-steps (templates/common/wgmma.cuh.j2 rendered
+// for N = H, one row: sm90::LaneTotals<1>'s layout), and the exact epilogue (sm90::row_sums<1, H>: fmax
+// and fma per (key, head), then the quad's shuffles). Several CTAs an SM hide the gathers' latency.
+// The head sum runs in row_sums' one-row order, not the order today's multi-row tiles add a row's heads
+// in: the scores are exact by the two-sided rule but may differ from the scan's in the last bit
+// (docs/fp16-gate.md shows how a kernel would keep them equal).
+//
+// Compiled with -DHEADS=32|64 and -DWGMMA_HEADER naming the rendered header.
+#include "../templates/common/sm90.cuh"
+#include WGMMA_HEADER
+#include <type_traits>
+
+namespace {
+constexpr int kHeads = HEADS;
+constexpr int kTileKeys = 64;                 // candidates a product (wgmma M)
+constexpr int kQueryBytes = kHeads * 128;     // a multiple of 1024: the key tiles after it stay aligned
+constexpr int kTileBytes = kTileKeys * 128;
+constexpr int kThreads = 128;
+
+// Byte x of row r of a tile of 128-byte rows with the 128-byte swizzle (the tile 1024-byte aligned).
+__device__ __forceinline__ int swizzled(int r, int x) { return r * 128 + ((((x >> 4) ^ r) & 7) << 4) + (x & 15); }
+
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sm90::smem_addr(smem_dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sm90::smem_addr(smem_dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
+
+// Candidates [first, first + 64) of a row's list: their keys into `tile`, their scales into `scales`.
+__device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const uint8_t* k, const float* k_scale,
+                                            const int* candidates) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < kTileKeys * 8 / kThreads; ++j) {  // 16-byte pieces: key i's piece p
+        const int i = (t + kThreads * j) / 8, p = (t + kThreads * j) % 8;
+        cp_async_16(tile + swizzled(i, 16 * p), k + size_t(candidates[i]) * 128 + 16 * p);
+    }
+    if (t < kTileKeys) cp_async_4(scales + t, k_scale + candidates[t]);
+}
+
+// A chunk's scores from its accumulators: out[j] = k_scale * sum_h w_h relu(acc), for the lanes that hold
+// a key's total (sm90::LaneTotals<1>).
+__device__ __forceinline__ void store_scores(const float (&acc)[kHeads / 2], const float (&w)[kHeads / 8][2],
+                                             const float* scales, float* out) {
+    using L = sm90::LaneTotals<1>;
+    float v[L::kCount];
+    sm90::row_sums<1, kHeads>(acc, w, v);
+    if (L::holds()) {
+        const int key = 16 * (threadIdx.x / 32) + (threadIdx.x % 32) / 4 + L::key_offset(0);
+        out[key] = v[0] * scales[key];
+    }
+}
+
+// out[r, j] = k_scale[c] * sum_h w[r, h] relu(q[r, h] . k[c]) for c = candidates[r, j], j < per_row
+// (a multiple of 128). kOverlap false: each chunk gathered, multiplied, waited for and reduced in turn
+// (the next chunk's gather in flight; two barriers a chunk). kOverlap true: as the scan kernels' slices
+// (sm90::consume_key_tiles), chunk c + 1's products run on the tensor core while chunk c is reduced,
+// chunk c + 2 is gathered meanwhile (three buffers), one barrier a chunk.
+template <bool kOverlap>
+__global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, const uint8_t* k, const float* k_scale,
+                                                           const float* weights, const int* candidates, float* out,
+                                                           int rows, int per_row) {
+    constexpr int kBuffers = kOverlap ? 3 : 2;
+    __shared__ __align__(1024) uint8_t smem[kQueryBytes + kBuffers * kTileBytes];
+    __shared__ float scales[kBuffers][kTileKeys];
+    uint8_t* query = smem;
+    uint8_t* tiles = smem + kQueryBytes;
+    const uint32_t query_start = sm90::kmajor_sw128_start(query), tiles_start = sm90::kmajor_sw128_start(tiles);
+    const int chunks = per_row / kTileKeys;
+    float acc[2][kHeads / 2];
+    float w[kHeads / 8][2];
+    auto products = [&](float (&a)[kHeads / 2], int c) {
+        sm90::wgmma_keys_queries(a, tiles_start + (c % kBuffers) * (kTileBytes / 16), query_start);
+    };
+    auto landed = [] {  // cp.async's writes, made visible to the tensor core and the CTA
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+    };
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        __syncthreads();  // the previous row's products have read the query tile and the buffers
+        for (int i = threadIdx.x; i < kHeads * 8; i += kThreads)
+            cp_async_16(query + swizzled(i / 8, 16 * (i % 8)), q + (size_t(row) * kHeads + i / 8) * 128 + 16 * (i % 8));
+        const int* list = candidates + size_t(row) * per_row;
+        float* row_out = out + size_t(row) * per_row;
+        sm90::load_lane_weights<1, kHeads>(w, weights, row, row + 1);
+        auto gather_row = [&](int c) {
+            gather_tile(tiles + (c % kBuffers) * kTileBytes, scales[c % kBuffers], k, k_scale, list + c * kTileKeys);
+            cp_async_commit();
+        };
+        gather_row(0);  // (with the query: one group)
+        gather_row(1);
+        if constexpr (!kOverlap) {
+            for (int c = 0; c < chunks; ++c) {
+                if (c + 1 < chunks) cp_async_wait<1>(); else cp_async_wait<0>();
+                landed();
+                products(acc[0], c);
+                sm90::wgmma_wait<0>();
+                store_scores(acc[0], w, scales[c % kBuffers], row_out + c * kTileKeys);
+                __syncthreads();  // every lane has read this buffer's scales and the products its keys
+                if (c + 2 < chunks) gather_row(c + 2);
+            }
+        } else {
+            cp_async_wait<1>();
+            landed();
+            products(acc[0], 0);
+            sm90::wgmma_wait<0>();
+            // Step c: chunk c's products are done in acc[cur]; chunk c + 1's start into the other set
+            // while chunk c is reduced, and every product is waited for by the step's end (ptxas
+            // serialises the wgmmas of a loop whose products stay in flight across its back edge).
+            auto step = [&](auto cur, int c) {
+                if (c >= chunks) return;
+                if (c + 1 < chunks) {
+                    cp_async_wait<0>();  // chunk c + 1, the one gather in flight
+                    landed();            // (and every lane is past step c - 1: buffer (c + 2) % 3 is free)
+                    products(acc[cur.value ^ 1], c + 1);
+                    if (c + 2 < chunks) gather_row(c + 2);
+                }
+                store_scores(acc[cur.value], w, scales[c % kBuffers], row_out + c * kTileKeys);
+                sm90::wgmma_wait<0>();
+            };
+            for (int c = 0; c < chunks; c += 2) {
+                step(std::integral_constant<int, 0>{}, c);
+                step(std::integral_constant<int, 1>{}, c + 1);
+            }
+        }
+    }
+}
+}  // namespace
+
+extern "C" int rescore(const void* q, const void* k, const float* k_scale, const float* weights, const int* candidates,
+                       float* out, int rows, int per_row, int ctas, int overlap, void* stream) {
+    if (per_row % (2 * kTileKeys)) return -1;
+    auto kernel = overlap ? rescore_kernel<true> : rescore_kernel<false>;
+    kernel<<<ctas, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const uint8_t*>(q),
+                                                                      static_cast<const uint8_t*>(k), k_scale, weights,
+                                                                      candidates, out, rows, per_row);
+    return static_cast<int>(cudaGetLastError());
+}
+
+extern "C" int rescore_heads() { return kHeads; }
