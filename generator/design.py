@@ -44,14 +44,16 @@ class Design:
         raise ValueError(f"model {self.model!r}: expected 'tpe' or 'random'")
 
 
-# The tuner's design: the known-good points, three neighbours of the best of them (four on a GPU
-# tuned afresh), then multivariate TPE modelling from the fourth finished trial on. Chosen by
-# replaying designs over every point of three buckets' spaces measured on the H200 (BENCHMARKS.md,
-# "The tuner's search against the whole space"): it lands where walking every neighbour did, while
-# the model keeps a third of the trials where a table names the bucket's variant. Afresh the start
-# is spread over every kernel kind and the best of it is further from the top, which fewer
-# neighbours did not reach on a packed bucket.
-DEFAULT_DESIGN = Design(neighbours=3, neighbours_afresh=4, startup=4, multivariate=True)
+# The tuner's design: the known-good points, four neighbours of the best of them, then multivariate
+# TPE modelling from the fourth finished trial on. Chosen by replaying designs over every point of
+# four buckets' spaces measured on the H200 (BENCHMARKS.md, "The tuner's search against the whole
+# space"): it lands where walking every neighbour did in every run of the four; three neighbours
+# (the default until 2026-12-04) missed the H = 32 long bucket by 2.9% where a table names its
+# variant (the fourth neighbour is the 1.2% point), two missed the packed bucket afresh. At 12
+# trials the model gets 1 to 4 of them where a table names the bucket's variant, 2 afresh; in the
+# replays random proposals in its place reached the same regret in every bucket (the same pick in 15
+# to 20 runs of 20): at this budget the neighbour walk decides.
+DEFAULT_DESIGN = Design(neighbours=4, neighbours_afresh=4, startup=4, multivariate=True)
 
 # The designs by name: `tune --design` takes the first two, `regret --replay --design` all of them.
 DESIGNS: dict[str, Design] = {
@@ -63,6 +65,8 @@ DESIGNS: dict[str, Design] = {
     "neighbours": Design(),
     # The default before the packed bucket was replayed (2026-12-04): two neighbours, with a table or not.
     "two-neighbours": Design(neighbours=2, startup=4, multivariate=True),
+    # The default before the H = 32 long bucket was replayed (2026-12-04): three neighbours, four afresh.
+    "three-neighbours": Design(neighbours=3, neighbours_afresh=4, startup=4, multivariate=True),
     "random": Design(known=False, neighbours=0, model="random"),  # pure random search
     "tpe": Design(known=False, neighbours=0, startup=4, multivariate=True),  # pure TPE
 }

@@ -636,12 +636,11 @@ def add_arguments(p) -> None:
                    help="chunk rows x keys of a bucket [x requests packed in it] (repeatable); default: "
                         + " ".join("x".join(map(str, s)) for s in DEFAULT_SHAPES))
     p.add_argument("--trials", type=int, default=12,
-                   help="measured trials per bucket (default 12: the starting points, the table's choice, three "
-                        "neighbours of the best (four without a table choice), then optuna's TPE)")
+                   help="measured trials per bucket (default 12: the starting points, the table's choice, four "
+                        "neighbours of the best, then optuna's TPE)")
     p.add_argument("--design", choices=("default", "neighbours"), default="default",
-                   help="how a study proposes (generator/design.py): default, the known points, three neighbours (four "
-                        "afresh), then "
-                        "optuna's TPE (its points compiled a wave of 16 buckets at a time); neighbours, every "
+                   help="how a study proposes (generator/design.py): default, the known points, four neighbours, "
+                        "then optuna's TPE (its points compiled a wave of 16 buckets at a time); neighbours, every "
                         "neighbour after the known points (most of them compiled before the search)")
     p.add_argument("--every-kind", action="store_true",
                    help="start every kernel kind in every bucket, also those the table shows losing there by over "

@@ -184,7 +184,7 @@ def test_after_the_starting_points_a_study_walks_the_best_points_neighbors_then_
     assert len(set(m.fused_calls)) == len(m.fused_calls) == len(points) + 8  # (the model's points are new ones)
 
 
-def test_with_a_tables_choice_the_default_design_walks_fewer_neighbours():
+def test_with_a_tables_choice_the_default_design_walks_four_neighbours_then_the_model():
     from generator.design import DEFAULT_DESIGN
     from generator.search import trial_sources
     from generator.tune import open_study, search_bucket
@@ -194,8 +194,8 @@ def test_with_a_tables_choice_the_default_design_walks_fewer_neighbours():
     study = open_study(bucket, "sm90a", incumbent=incumbent, design=DEFAULT_DESIGN)
     search_bucket(study, bucket, FakeMeasurer(), "sm90a", trials=16, log=lambda s: None)
     sources = trial_sources(study)
-    assert sources["table"] == 1 and sources["neighbour"] == DEFAULT_DESIGN.neighbours == 3
-    assert sources["model"] == 16 - sources["start"] - 1 - 3
+    assert sources["table"] == 1 and sources["neighbour"] == DEFAULT_DESIGN.neighbours == 4
+    assert sources["model"] == 16 - sources["start"] - 1 - 4
 
 
 def test_a_retune_measures_the_tables_choice_second(tmp_path):
@@ -842,7 +842,9 @@ def test_a_kind_left_out_of_the_start_can_still_win_through_the_model():
     assert all(winner(seed, frozenset()) == "streaming" for seed in range(5))
 
 
-def test_with_the_shipped_table_the_model_proposes_a_third_of_the_default_trials_in_most_buckets():
+def test_with_the_shipped_table_the_model_proposes_one_to_four_of_the_default_trials():
+    """What README.md says a default run does where the shipped table names the bucket's variant: the
+    starting points, the table's choice, four neighbours, and the model's 1 to 4 of the 12 trials."""
     from generator.search import trial_sources
     from generator.tune import default_buckets, losing_kinds, table_choice
 
@@ -853,9 +855,9 @@ def test_with_the_shipped_table_the_model_proposes_a_third_of_the_default_trials
         result = tune_bucket(bucket, FakeMeasurer(), "sm90a", trials=12, incumbent=table_choice(bucket, tables),
                              skip_kinds=losing_kinds(bucket, tables), log=lambda s: None)
         sources = trial_sources(result.study)
-        assert sum(sources.values()) == 12 and sources["neighbour"] == 3
+        assert sum(sources.values()) == 12 and sources["neighbour"] == 4
         model.append(sources["model"])
-    assert min(model) >= 2 and sum(m >= 4 for m in model) > len(buckets) / 2
+    assert 1 <= min(model) and max(model) <= 4 and len(set(model)) > 1
 
 
 def test_a_gpu_without_its_own_table_starts_from_the_one_the_runtime_serves_it(tmp_path, monkeypatch):
