@@ -6,7 +6,9 @@ fp16-gate plan's estimate assumed (docs/fp16-gate.md, step 5).
 
 tools/rescore_probe.cu scores each row's candidate keys (a list a row, as a gated scan would leave them)
 a row at a time on the tensor core: the row's query in shared memory, its candidates' keys gathered 64
-at a time beside the products, the exact fp32 epilogue. Each configuration is first verified against
+at a time beside the products, the exact fp32 epilogue; either each 64 in turn (`in turn`), or the next
+64's products on the tensor core while these are reduced (`overlapped`), or that without the epilogue
+(`products only`: no scores, what the rest costs). Each configuration is first verified against
 float64 scores over the tensor core's own dot products (generator.tensor_core; outputs poisoned with NaN
 before the run; the check is shown to reject a wrong list), then timed (median of 20 after warm-up).
 Candidate lists: `sorted` (random keys, ascending: what a scan appends), `contiguous` (consecutive
@@ -83,10 +85,13 @@ def worst_error(out, exact, magnitude) -> float:
     return float(((out.double() - exact).abs() / (magnitude * 2.0**-24).clamp(min=1e-300)).max())
 
 
-def run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas: int, overlap: bool) -> torch.Tensor:
+MODES = ("in turn", "overlapped", "products only")  # the probe's kernels (rescore_probe.cu's `mode`)
+
+
+def run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas: int, mode: int) -> torch.Tensor:
     out = torch.full(lists.shape, float("nan"), device="cuda")
     err = lib.rescore(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), lists.data_ptr(),
-                      out.data_ptr(), lists.shape[0], lists.shape[1], ctas, int(overlap),
+                      out.data_ptr(), lists.shape[0], lists.shape[1], ctas, mode,
                       torch.cuda.current_stream().cuda_stream)
     assert err == 0, f"launch: {err}"
     return out
@@ -150,34 +155,38 @@ def main(argv=None) -> int:
         weights = torch.randn(args.rows, heads, generator=gen, device="cuda")
         for kind in args.lists or ["sorted", "repeated"]:
             lists = candidate_lists(args.rows, args.candidates, args.keys, kind, gen)
-            for per_sm, overlap in itertools.product(args.ctas_per_sm or [4, 8], (False, True)):
+            for per_sm, mode in itertools.product(args.ctas_per_sm or [4, 8], range(len(MODES))):
                 ctas = per_sm * sms
-                out = run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas, overlap)
+                out = run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas, mode)
                 torch.cuda.synchronize()
-                check = slice(0, 8)  # rows verified (float64: 8 x candidates x heads x 128)
-                args_of = lambda lst: (q[check], k_fp8, k_scale, weights[check], lst)  # noqa: E731
-                error = worst_error(out[check], *exact_scores(*args_of(lists[check]), dots=wgmma_dots))
-                exact_error = worst_error(out[check], *exact_scores(*args_of(lists[check])))
-                # The check rejects a wrong answer: the same scores against the next key of each list.
-                wrong = exact_scores(*args_of((lists[check] + 1) % args.keys), dots=wgmma_dots)
-                assert worst_error(out[check], *wrong) > 1e4, "the check passed scores of other keys"
-                ok = bool(torch.isfinite(out).all()) and error <= 2 * (heads + 2)
-                ms = median_ms(lambda: run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas, overlap), warmup=3,
+                ok, error, exact_error = bool(torch.isfinite(out).all()), None, None
+                if MODES[mode] != "products only":  # (its outputs are one dot product a key: nothing to verify)
+                    check = slice(0, 8)  # rows verified (float64: 8 x candidates x heads x 128)
+                    args_of = lambda lst: (q[check], k_fp8, k_scale, weights[check], lst)  # noqa: E731
+                    error = worst_error(out[check], *exact_scores(*args_of(lists[check]), dots=wgmma_dots))
+                    exact_error = worst_error(out[check], *exact_scores(*args_of(lists[check])))
+                    # The check rejects a wrong answer: the same scores against the next key of each list.
+                    wrong = exact_scores(*args_of((lists[check] + 1) % args.keys), dots=wgmma_dots)
+                    assert worst_error(out[check], *wrong) > 1e4, "the check passed scores of other keys"
+                    ok = ok and error <= 2 * (heads + 2)
+                ms = median_ms(lambda: run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas, mode), warmup=3,
                                reps=20)
                 tflops = scoring_tflops(args.rows * args.candidates, heads, ms)
                 row = {"heads": heads, "lists": kind, "rows": args.rows, "candidates": args.candidates,
-                       "keys": args.keys, "ctas": ctas, "overlap": overlap, "ms": ms, "tflops": tflops, "floor_tflops": floor,
-                       "share_of_floor": tflops / floor, "error_vs_wgmma_model_half_ulps": error,
-                       "error_vs_exact_half_ulps": exact_error, "verified": ok}
+                       "keys": args.keys, "ctas": ctas, "kernel": MODES[mode], "ms": ms, "tflops": tflops,
+                       "floor_tflops": floor, "share_of_floor": tflops / floor,
+                       "error_vs_wgmma_model_half_ulps": error, "error_vs_exact_half_ulps": exact_error,
+                       "verified": ok}
                 if heads in fused:
                     row["fused"] = fused[heads]
                     row["candidate_cost_in_scan_pairs"] = fused[heads]["tflops"] / tflops
                 rows_out.append(row)
                 extra = (f", a candidate = {row['candidate_cost_in_scan_pairs']:.2f} pairs of {fused[heads]['variant']}"
                          if heads in fused else "")
-                print(f"H={heads} {kind:10s} {ctas:4d} CTAs{' overlapped' if overlap else ' in turn   '}: {ms:.3f} ms, {tflops:.0f} TFLOP/s, {tflops / floor:.2f} "
-                      f"of the floor, error {error:.1f} half-ulps of the wgmma model ({exact_error:.0f} of exact), "
-                      f"{'verified' if ok else 'WRONG'}{extra}", flush=True)
+                checked = ("" if error is None else
+                           f", error {error:.1f} half-ulps of the wgmma model ({exact_error:.0f} of exact)")
+                print(f"H={heads} {kind:10s} {ctas:4d} CTAs {MODES[mode]:13s}: {ms:.3f} ms, {tflops:.0f} TFLOP/s, "
+                      f"{tflops / floor:.2f} of the floor{checked}, {'ok' if ok else 'WRONG'}{extra}", flush=True)
                 if not ok:
                     return 1
     if args.out:

@@ -51,15 +51,17 @@ __device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const 
 }
 
 // A chunk's scores from its accumulators: out[j] = k_scale * sum_h w_h relu(acc), for the lanes that hold
-// a key's total (sm90::LaneTotals<1>).
+// a key's total (sm90::LaneTotals<1>); or, kEpilogue false, one accumulator a lane as it is (not a
+// score: what the products cost without the epilogue).
+template <bool kEpilogue>
 __device__ __forceinline__ void store_scores(const float (&acc)[kHeads / 2], const float (&w)[kHeads / 8][2],
                                              const float* scales, float* out) {
     using L = sm90::LaneTotals<1>;
     float v[L::kCount];
-    sm90::row_sums<1, kHeads>(acc, w, v);
+    if constexpr (kEpilogue) sm90::row_sums<1, kHeads>(acc, w, v);
     if (L::holds()) {
         const int key = 16 * (threadIdx.x / 32) + (threadIdx.x % 32) / 4 + L::key_offset(0);
-        out[key] = v[0] * scales[key];
+        out[key] = kEpilogue ? v[0] * scales[key] : acc[0];
     }
 }
 
@@ -67,8 +69,9 @@ __device__ __forceinline__ void store_scores(const float (&acc)[kHeads / 2], con
 // (a multiple of 128). kOverlap false: each chunk gathered, multiplied, waited for and reduced in turn
 // (the next chunk's gather in flight; two barriers a chunk). kOverlap true: as the scan kernels' slices
 // (sm90::consume_key_tiles), chunk c + 1's products run on the tensor core while chunk c is reduced,
-// chunk c + 2 is gathered meanwhile (three buffers), one barrier a chunk.
-template <bool kOverlap>
+// chunk c + 2 is gathered meanwhile (three buffers), one barrier a chunk. kEpilogue false: the same
+// without the epilogue (store_scores).
+template <bool kOverlap, bool kEpilogue = true>
 __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, const uint8_t* k, const float* k_scale,
                                                            const float* weights, const int* candidates, float* out,
                                                            int rows, int per_row) {
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
                 landed();
                 products(acc[0], c);
                 sm90::wgmma_wait<0>();
-                store_scores(acc[0], w, scales[c % kBuffers], row_out + c * kTileKeys);
+                store_scores<kEpilogue>(acc[0], w, scales[c % kBuffers], row_out + c * kTileKeys);
                 __syncthreads();  // every lane has read this buffer's scales and the products its keys
                 if (c + 2 < chunks) gather_row(c + 2);
             }
@@ -127,7 +130,7 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
                     products(acc[cur.value ^ 1], c + 1);
                     if (c + 2 < chunks) gather_row(c + 2);
                 }
-                store_scores(acc[cur.value], w, scales[c % kBuffers], row_out + c * kTileKeys);
+                store_scores<kEpilogue>(acc[cur.value], w, scales[c % kBuffers], row_out + c * kTileKeys);
                 sm90::wgmma_wait<0>();
             };
             for (int c = 0; c < chunks; c += 2) {
@@ -140,9 +143,10 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
 }  // namespace
 
 extern "C" int rescore(const void* q, const void* k, const float* k_scale, const float* weights, const int* candidates,
-                       float* out, int rows, int per_row, int ctas, int overlap, void* stream) {
-    if (per_row % (2 * kTileKeys)) return -1;
-    auto kernel = overlap ? rescore_kernel<true> : rescore_kernel<false>;
+                       float* out, int rows, int per_row, int ctas, int mode, void* stream) {
+    if (per_row % (2 * kTileKeys) || mode < 0 || mode > 2) return -1;
+    // mode 0: in turn; 1: overlapped; 2: overlapped, products only (no scores)
+    auto kernel = mode == 0 ? rescore_kernel<false> : mode == 1 ? rescore_kernel<true> : rescore_kernel<true, false>;
     kernel<<<ctas, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const uint8_t*>(q),
                                                                       static_cast<const uint8_t*>(k), k_scale, weights,
                                                                       candidates, out, rows, per_row);
