@@ -57,11 +57,11 @@ template <bool kEpilogue>
 __device__ __forceinline__ void store_scores(const float (&acc)[kHeads / 2], const float (&w)[kHeads / 8][2],
                                              const float* scales, float* out) {
     using L = sm90::LaneTotals<1>;
-    float v[L::kCount];
+    float v[L::kCount] = {acc[0]};
     if constexpr (kEpilogue) sm90::row_sums<1, kHeads>(acc, w, v);
     if (L::holds()) {
         const int key = 16 * (threadIdx.x / 32) + (threadIdx.x % 32) / 4 + L::key_offset(0);
-        out[key] = kEpilogue ? v[0] * scales[key] : acc[0];
+        out[key] = kEpilogue ? v[0] * scales[key] : v[0];
     }
 }
 
