@@ -222,7 +222,7 @@ def linear_column(q_scaled: torch.Tensor, w_gate: torch.Tensor, k: torch.Tensor,
 
 def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int = 64, seed: int = 0,
           accumulate: str = "fp32", full_range: bool = False, bound: str = "key", block_rows: int = 1,
-          relu: str = "max") -> dict:
+          relu: str = "max", threshold: str = "exact") -> dict:
     """The gate over `rows` rows of a workload family (each row over every key: a long chunk's last
     rows), against the exact top_k of each row; accumulate: how the tensor core sums the products
     (fp32, then rounded to fp16 for the gate; or fp16). full_range: the data quantized as a server's
@@ -231,7 +231,10 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
     the keys that are a candidate of any row of each `block_rows` consecutive rows (a gated kernel's row
     block: what scoring the union of its candidates again would cost), median over the blocks. relu (with
     fp16 sums): "max" (HMNMX2 then HFMA2) or "linear" (relu's identity: HFMA2 with |x|, and the linear half
-    from two product columns a row: linear_column)."""
+    from two product columns a row: linear_column). threshold: the T keys are gated against, "exact" (the
+    row's exact k-th score: the least any gate passes) or "lower" (the k-th largest lower bound, gate -
+    bound: what a kernel knows that selects on the fp16 bounds before it scores any key exactly; at most
+    the exact k-th, since every key's lower bound is at most its exact score)."""
     from generator.workloads import make_workload
 
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed)
@@ -259,9 +262,10 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
             g = gate_row(a, wl.weights[r].float(), length)
         scale = wl.k_scale.double()
         exact, gate, margin = g["exact"] * scale, g["gate"] * scale, g["bound"] * scale
-        threshold = exact.topk(min(top_k, keys)).values[-1]
-        at_or_above = int((exact >= threshold).sum())
-        candidates.append((gate + margin) >= threshold)
+        kth = exact.topk(min(top_k, keys)).values[-1]
+        at_or_above = int((exact >= kth).sum())
+        gate_at = kth if threshold == "exact" else (gate - margin).topk(min(top_k, keys)).values[-1]
+        candidates.append((gate + margin) >= gate_at)
         if at_or_above > 2 * top_k:  # (the k-th score tied by most of the row: any gate passes them all)
             tied += 1
         else:
@@ -273,6 +277,7 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
                     for b in range(0, rows - block_rows + 1, block_rows))
     return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length,
             "accumulate": accumulate, "full_range": full_range, "bound": bound, "block_rows": block_rows, "relu": relu,
+            "threshold": threshold,
             "union_share": unions[len(unions) // 2] if unions else None,
             "median_ratio": ratios[len(ratios) // 2] if ratios else None, "worst_ratio": ratios[-1] if ratios else None,
             "tied_rows": tied, "worst_error_over_bound": worst, "keys_outside_fp16": outside / rows,
@@ -296,6 +301,9 @@ def main() -> int:
                    help="also print the share of the keys that are a candidate of any of this many consecutive rows")
     p.add_argument("--bound", choices=tuple(BOUNDS), default="key",
                    help="with --accumulate fp16, the accumulation's bound: " + "; ".join(f"{k}: {v}" for k, v in BOUNDS.items()))
+    p.add_argument("--threshold", choices=("exact", "lower"), default="exact",
+                   help="gate at the row's exact k-th score (the least any gate passes), or at the k-th largest lower "
+                        "bound (gate - bound: a kernel selecting on the fp16 bounds before scoring exactly)")
     p.add_argument("--relu", choices=("max", "linear"), default="max",
                    help="with --accumulate fp16: relu by HMNMX2 (max), or by its identity w relu(x) = (w x + w |x|) / 2 "
                         "(linear: HFMA2 with |x|, the linear half from two product columns a row)")
@@ -304,11 +312,12 @@ def main() -> int:
         p.error("--bound and --relu need --accumulate fp16")
     for family in args.family or ["random", "signed_weights", "peaked"]:
         s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain, accumulate=args.accumulate,
-                  full_range=args.full_range, bound=args.bound, block_rows=args.block_rows, relu=args.relu)
+                  full_range=args.full_range, bound=args.bound, block_rows=args.block_rows, relu=args.relu,
+                  threshold=args.threshold)
         ratios = ("no row without ties" if s["median_ratio"] is None else
                   f"{s['median_ratio']:.3f}x the keys at or above the k-th score (median over rows), {s['worst_ratio']:.3f}x at worst")
         data = (f"{', full range' if s['full_range'] else ''}, {s['bound']} bound{', relu by its identity' if s['relu'] == 'linear' else ''}"
-                if args.accumulate == "fp16" else "")
+                if args.accumulate == "fp16" else "") + (", gated at the k-th lower bound" if s["threshold"] == "lower" else "")
         print(f"{family:16s} H={s['heads']} top-{s['top_k']} {s['keys']} keys, {s['accumulate']} sums{data}, chains of {s['chain']}: "
               f"the gate passes {ratios}; "
               f"{s['tied_rows']} of {s['rows']} rows tied at the k-th; worst error {s['worst_error_over_bound']:.3f} of its "

@@ -8,7 +8,8 @@ tools/rescore_probe.cu scores each row's candidate keys (a list a row, as a gate
 a row at a time on the tensor core: the row's query in shared memory, its candidates' keys gathered 64
 at a time beside the products, the exact fp32 epilogue; either each 64 in turn (`in turn`), or the next
 64's products on the tensor core while these are reduced (`overlapped`), or that without the epilogue
-(`products only`: no scores, what the rest costs). Each configuration is first verified against
+(`products only`: no scores, what the rest costs), or in turn 256 at a time, four products a barrier
+(`4 a barrier`). Each configuration is first verified against
 float64 scores over the tensor core's own dot products (generator.tensor_core; outputs poisoned with NaN
 before the run; the check is shown to reject a wrong list), then timed (median of 20 after warm-up).
 Candidate lists: `sorted` (random keys, ascending: what a scan appends), `contiguous` (consecutive
@@ -34,7 +35,7 @@ import torch  # noqa: E402
 
 from tools.accumulation import compile_probe  # noqa: E402
 
-TILE_KEYS = 64  # candidates a product (the probe's kTileKeys); a row's list is two or more pairs of them
+TILE_KEYS = 64  # candidates a product (the probe's kTileKeys); a row's list is whole fours of them
 
 
 def rescore_library(heads: int) -> ctypes.CDLL:
@@ -85,7 +86,7 @@ def worst_error(out, exact, magnitude) -> float:
     return float(((out.double() - exact).abs() / (magnitude * 2.0**-24).clamp(min=1e-300)).max())
 
 
-MODES = ("in turn", "overlapped", "products only")  # the probe's kernels (rescore_probe.cu's `mode`)
+MODES = ("in turn", "overlapped", "products only", "4 a barrier")  # the probe's kernels (rescore_probe.cu's `mode`)
 
 
 def run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas: int, mode: int) -> torch.Tensor:
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--heads", type=int, action="append", choices=(32, 64))
     ap.add_argument("--rows", type=int, default=4096)
-    ap.add_argument("--candidates", type=int, default=8192, help="a row's candidates (a multiple of 128)")
+    ap.add_argument("--candidates", type=int, default=8192, help="a row's candidates (a multiple of 256)")
     ap.add_argument("--keys", type=int, default=131072)
     ap.add_argument("--ctas-per-sm", type=int, action="append", help="CTAs a launch, per SM (default 4 and 8)")
     ap.add_argument("--lists", action="append", choices=("sorted", "contiguous", "repeated"),
@@ -129,8 +130,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("tools/rescore.py times a kernel on a GPU; none here.", file=sys.stderr)
         return 2
-    if args.candidates % (2 * TILE_KEYS):
-        raise SystemExit(f"--candidates {args.candidates}: must be a multiple of {2 * TILE_KEYS}")
+    if args.candidates % (4 * TILE_KEYS):
+        raise SystemExit(f"--candidates {args.candidates}: must be a multiple of {4 * TILE_KEYS}")
     from generator.tensor_core import wgmma_dots
     from generator.timing import median_ms, scaled_mm_tflops, scoring_tflops
     from runtime.variant import Variant

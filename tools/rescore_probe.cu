@@ -140,16 +140,80 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
         }
     }
 }
+// kSub products a barrier (mode 3): as the in-turn kernel, but each barrier serves kSub x 64 candidates,
+// gathered together, their kSub products issued as one group into kSub accumulator sets and reduced
+// after one wait (dynamic shared memory: the query, two buffers of kSub tiles, their scales). Whether
+// the in-turn kernel waits on its barriers and products more than on the tensor core's rate.
+template <int kSub>
+__global__ void __launch_bounds__(kThreads) rescore_wide_kernel(const uint8_t* q, const uint8_t* k, const float* k_scale,
+                                                                const float* weights, const int* candidates, float* out,
+                                                                int rows, int per_row) {
+    constexpr int kChunkKeys = kSub * kTileKeys;
+    extern __shared__ uint8_t dynamic_smem[];
+    uint8_t* query = sm90::aligned_shared_base(dynamic_smem);
+    uint8_t* tiles = query + kQueryBytes;
+    float* scales = reinterpret_cast<float*>(tiles + 2 * kSub * kTileBytes);  // [2][kChunkKeys]
+    const uint32_t query_start = sm90::kmajor_sw128_start(query), tiles_start = sm90::kmajor_sw128_start(tiles);
+    const int chunks = per_row / kChunkKeys;
+    float acc[kSub][kHeads / 2];
+    float w[kHeads / 8][2];
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < kHeads * 8; i += kThreads)
+            cp_async_16(query + swizzled(i / 8, 16 * (i % 8)), q + (size_t(row) * kHeads + i / 8) * 128 + 16 * (i % 8));
+        const int* list = candidates + size_t(row) * per_row;
+        float* row_out = out + size_t(row) * per_row;
+        sm90::load_lane_weights<1, kHeads>(w, weights, row, row + 1);
+        auto gather_chunk = [&](int c) {
+            const int buf = c & 1;
+#pragma unroll
+            for (int s = 0; s < kSub; ++s)
+                gather_tile(tiles + (buf * kSub + s) * kTileBytes, scales + buf * kChunkKeys + s * kTileKeys, k, k_scale,
+                            list + c * kChunkKeys + s * kTileKeys);
+            cp_async_commit();
+        };
+        gather_chunk(0);
+        if (chunks > 1) gather_chunk(1);
+        for (int c = 0; c < chunks; ++c) {
+            const int buf = c & 1;
+            if (c + 1 < chunks) cp_async_wait<1>(); else cp_async_wait<0>();
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncthreads();
+#pragma unroll
+            for (int s = 0; s < kSub; ++s)
+                sm90::wgmma_keys_queries(acc[s], tiles_start + (buf * kSub + s) * (kTileBytes / 16), query_start);
+            sm90::wgmma_wait<0>();
+#pragma unroll
+            for (int s = 0; s < kSub; ++s)
+                store_scores<true>(acc[s], w, scales + buf * kChunkKeys + s * kTileKeys,
+                                   row_out + c * kChunkKeys + s * kTileKeys);
+            __syncthreads();  // every lane has read this buffer's scales and the products its keys
+            if (c + 2 < chunks) gather_chunk(c + 2);
+        }
+    }
+}
+
+constexpr int kWideSub = 4;
+constexpr int kWideSmemBytes = 1024 + kQueryBytes + 2 * kWideSub * kTileBytes + 2 * kWideSub * kTileKeys * 4;
 }  // namespace
 
 extern "C" int rescore(const void* q, const void* k, const float* k_scale, const float* weights, const int* candidates,
                        float* out, int rows, int per_row, int ctas, int mode, void* stream) {
-    if (per_row % (2 * kTileKeys) || mode < 0 || mode > 2) return -1;
+    if (per_row % (2 * kTileKeys) || mode < 0 || mode > 3) return -1;
+    const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    if (mode == 3) {  // kWideSub products a barrier
+        if (per_row % (kWideSub * kTileKeys)) return -1;
+        const auto wide = rescore_wide_kernel<kWideSub>;
+        const cudaError_t set = cudaFuncSetAttribute(wide, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmemBytes);
+        if (set != cudaSuccess) return static_cast<int>(set);
+        wide<<<ctas, kThreads, kWideSmemBytes, cuda_stream>>>(static_cast<const uint8_t*>(q), static_cast<const uint8_t*>(k),
+                                                              k_scale, weights, candidates, out, rows, per_row);
+        return static_cast<int>(cudaGetLastError());
+    }
     // mode 0: in turn; 1: overlapped; 2: overlapped, products only (no scores)
     auto kernel = mode == 0 ? rescore_kernel<false> : mode == 1 ? rescore_kernel<true> : rescore_kernel<true, false>;
-    kernel<<<ctas, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const uint8_t*>(q),
-                                                                      static_cast<const uint8_t*>(k), k_scale, weights,
-                                                                      candidates, out, rows, per_row);
+    kernel<<<ctas, kThreads, 0, cuda_stream>>>(static_cast<const uint8_t*>(q), static_cast<const uint8_t*>(k), k_scale,
+                                               weights, candidates, out, rows, per_row);
     return static_cast<int>(cudaGetLastError());
 }
 
