@@ -101,3 +101,13 @@ def test_the_rescoring_probes_check_rejects_scores_of_other_keys():
     wrong = rescore.exact_scores(q, k, scale, w, (lists + 1) % 1000, dots=emulate_wgmma_dots)
     assert rescore.worst_error(exact.float(), *wrong) > 1e4
 
+
+def test_a_gate_at_the_kth_lower_bound_passes_more_keys_than_one_at_the_exact_kth():
+    """--threshold lower gates at the k-th largest (gate - bound), which is at most the exact k-th score
+    (so it never drops a top-k key): on random data it passes more keys than a gate at the exact k-th,
+    the price a kernel selecting on fp16 bounds before exact scoring would pay."""
+    kw = dict(keys=4096, heads=32, top_k=256, rows=2, length=16, accumulate="fp16", full_range=True, bound="norm")
+    exact, lower = study("random", **kw), study("random", threshold="lower", **kw)
+    assert exact["median_ratio"] >= 1 and lower["median_ratio"] > exact["median_ratio"]
+    assert lower["worst_error_over_bound"] <= 1
+
