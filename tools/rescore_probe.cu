@@ -38,6 +38,12 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
 
+// Row `row`'s query (kHeads x 128 fp8) into the swizzled tile `query` (cp.async; the caller commits).
+__device__ __forceinline__ void load_query(uint8_t* query, const uint8_t* q, int row) {
+    for (int i = threadIdx.x; i < kHeads * 8; i += kThreads)
+        cp_async_16(query + swizzled(i / 8, 16 * (i % 8)), q + (size_t(row) * kHeads + i / 8) * 128 + 16 * (i % 8));
+}
+
 // Candidates [first, first + 64) of a row's list: their keys into `tile`, their scales into `scales`.
 __device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const uint8_t* k, const float* k_scale,
                                             const int* candidates) {
@@ -93,8 +99,7 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
     };
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         __syncthreads();  // the previous row's products have read the query tile and the buffers
-        for (int i = threadIdx.x; i < kHeads * 8; i += kThreads)
-            cp_async_16(query + swizzled(i / 8, 16 * (i % 8)), q + (size_t(row) * kHeads + i / 8) * 128 + 16 * (i % 8));
+        load_query(query, q, row);
         const int* list = candidates + size_t(row) * per_row;
         float* row_out = out + size_t(row) * per_row;
         sm90::load_lane_weights<1, kHeads>(w, weights, row, row + 1);
@@ -159,8 +164,7 @@ __global__ void __launch_bounds__(kThreads) rescore_wide_kernel(const uint8_t* q
     float w[kHeads / 8][2];
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         __syncthreads();
-        for (int i = threadIdx.x; i < kHeads * 8; i += kThreads)
-            cp_async_16(query + swizzled(i / 8, 16 * (i % 8)), q + (size_t(row) * kHeads + i / 8) * 128 + 16 * (i % 8));
+        load_query(query, q, row);
         const int* list = candidates + size_t(row) * per_row;
         float* row_out = out + size_t(row) * per_row;
         sm90::load_lane_weights<1, kHeads>(w, weights, row, row + 1);
