@@ -340,8 +340,9 @@ def _sass_tool():
 
 @requires_nvcc
 def test_the_tensor_core_probes_compile():
-    """tools/accumulation.py compiles its probes (tools/mma_probe.cu, tools/wgmma_probe.cu) on the GPU
-    machine, where a compile error costs device time: they compile here, and export what it calls."""
+    """tools/accumulation.py and tools/rescore.py compile their probes (tools/mma_probe.cu,
+    tools/wgmma_probe.cu, tools/rescore_probe.cu) on the GPU machine, where a compile error costs device
+    time: they compile here, and export what the tools call."""
     from tools import accumulation, rescore
 
     mma, wgmma = accumulation.probe_library(), accumulation.wgmma_library()

@@ -86,8 +86,8 @@ def test_the_fp16_sums_stay_in_range_whatever_the_weights(weight_scale):
 
 
 def test_the_rescoring_probes_check_rejects_scores_of_other_keys():
-    """tools/rescore.py's check passes exact scores rounded to fp32 and fails them against the scores
-    of each list's next keys (what a gather off by one would return)."""
+    """tools/rescore.py's check passes the wgmma model's scores rounded to fp32 and fails them against the
+    scores of each list's next keys (what a gather off by one would return)."""
     from generator.tensor_core import emulate_wgmma_dots
     from tools import rescore
 
@@ -110,4 +110,3 @@ def test_a_gate_at_the_kth_lower_bound_passes_more_keys_than_one_at_the_exact_kt
     exact, lower = study("random", **kw), study("random", threshold="lower", **kw)
     assert exact["median_ratio"] >= 1 and lower["median_ratio"] > exact["median_ratio"]
     assert lower["worst_error_over_bound"] <= 1
-
