@@ -341,7 +341,7 @@ def _sass_tool():
 @requires_nvcc
 def test_the_tensor_core_probes_compile():
     """tools/accumulation.py and tools/rescore.py compile their probes (tools/mma_probe.cu,
-    tools/wgmma_probe.cu, tools/rescore_probe.cu) on the GPU machine, where a compile error costs device
+    tools/wgmma_probe.cu, tools/rescore_probe.cu, tools/rescore_wide_probe.cu) on the GPU machine, where a compile error costs device
     time: they compile here, and export what the tools call."""
     from tools import accumulation, rescore
 
@@ -349,6 +349,7 @@ def test_the_tensor_core_probes_compile():
     assert mma.mma_probe and mma.mma_probe_f16 and wgmma.wgmma_probe_f16 and wgmma.wgmma_rate
     for heads in (32, 64):  # (tools/rescore.py's probe, over wgmma.cuh.j2 rendered for N = heads)
         assert rescore.rescore_library(heads).rescore
+    assert rescore.wide_library().rescore_wide
 
 
 def test_sass_tool_finds_the_innermost_product_loops():

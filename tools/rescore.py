@@ -9,7 +9,9 @@ a row at a time on the tensor core: the row's query in shared memory, its candid
 at a time beside the products, the exact fp32 epilogue; either each 64 in turn (`in turn`), or the next
 64's products on the tensor core while these are reduced (`overlapped`), or that without the epilogue
 (`products only`: no scores, what the rest costs), or in turn 256 at a time, four products a barrier
-(`4 a barrier`). Each configuration is first verified against
+(`4 a barrier`); and at H = 64 the operands the other way round (`wide`, tools/rescore_wide_probe.cu:
+the query as A, 256 candidates as B, one m64n256k32 product a chunk, the head sum across lanes and
+warps). Each configuration is first verified against
 float64 scores over the tensor core's own dot products (generator.tensor_core; outputs poisoned with NaN
 before the run; the check is shown to reject a wrong list), then timed (median of 20 after warm-up).
 Candidate lists: `sorted` (random keys, ascending: what a scan appends), `contiguous` (consecutive
@@ -38,15 +40,27 @@ from tools.accumulation import compile_probe  # noqa: E402
 TILE_KEYS = 64  # candidates a product (the probe's kTileKeys); a row's list is whole fours of them
 
 
-def rescore_library(heads: int) -> ctypes.CDLL:
-    """tools/rescore_probe.cu, compiled for sm_90a and `heads`, over wgmma.cuh.j2 rendered for N = heads."""
+def wgmma_header(n: int) -> str:
+    """-DWGMMA_HEADER naming templates/common/wgmma.cuh.j2 rendered for N = n into a fresh file."""
     from runtime.render import wgmma_source
 
-    header = Path(tempfile.mkdtemp()) / f"wgmma_n{heads}.cuh"
-    header.write_text(wgmma_source(heads))
-    lib = compile_probe("rescore_probe.cu", ("90a",), (f"-DHEADS={heads}", f'-DWGMMA_HEADER="{header}"'))
+    header = Path(tempfile.mkdtemp()) / f"wgmma_n{n}.cuh"
+    header.write_text(wgmma_source(n))
+    return f'-DWGMMA_HEADER="{header}"'
+
+
+def rescore_library(heads: int) -> ctypes.CDLL:
+    """tools/rescore_probe.cu, compiled for sm_90a and `heads`, over wgmma.cuh.j2 rendered for N = heads."""
+    lib = compile_probe("rescore_probe.cu", ("90a",), (f"-DHEADS={heads}", wgmma_header(heads)))
     lib.rescore.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
     assert lib.rescore_heads() == heads
+    return lib
+
+
+def wide_library() -> ctypes.CDLL:
+    """tools/rescore_wide_probe.cu (H = 64: the query as the A operand, 256 candidates as B), for sm_90a."""
+    lib = compile_probe("rescore_wide_probe.cu", ("90a",), (wgmma_header(256),))
+    lib.rescore_wide.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
     return lib
 
 
@@ -86,14 +100,19 @@ def worst_error(out, exact, magnitude) -> float:
     return float(((out.double() - exact).abs() / (magnitude * 2.0**-24).clamp(min=1e-300)).max())
 
 
-MODES = ("in turn", "overlapped", "products only", "4 a barrier")  # the probe's kernels (rescore_probe.cu's `mode`)
+# The probe's kernels: rescore_probe.cu's `mode` 0-3, then rescore_wide_probe.cu's (H = 64 only).
+MODES = ("in turn", "overlapped", "products only", "4 a barrier", "wide")
 
 
-def run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas: int, mode: int) -> torch.Tensor:
+def run_probe(libs: dict, q, k_fp8, k_scale, weights, lists, ctas: int, mode: int) -> torch.Tensor:
+    """One launch of kernel MODES[mode] (libs: "rows", rescore_library's; "wide", wide_library's) over a
+    NaN-poisoned output."""
     out = torch.full(lists.shape, float("nan"), device="cuda")
-    err = lib.rescore(q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), lists.data_ptr(),
-                      out.data_ptr(), lists.shape[0], lists.shape[1], ctas, mode,
-                      torch.cuda.current_stream().cuda_stream)
+    ptrs = (q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), lists.data_ptr(), out.data_ptr(),
+            lists.shape[0], lists.shape[1], ctas)
+    stream = torch.cuda.current_stream().cuda_stream
+    err = (libs["wide"].rescore_wide(*ptrs, stream) if MODES[mode] == "wide" else
+           libs["rows"].rescore(*ptrs, mode, stream))
     assert err == 0, f"launch: {err}"
     return out
 
@@ -147,7 +166,8 @@ def main(argv=None) -> int:
               flush=True)
     rows_out = []
     for heads in args.heads or [32, 64]:
-        lib = rescore_library(heads)
+        libs = {"rows": rescore_library(heads), **({"wide": wide_library()} if heads == 64 else {})}
+        modes = [m for m in range(len(MODES)) if MODES[m] != "wide" or heads == 64]
         gen = torch.Generator(device="cuda")
         gen.manual_seed(heads)
         q = (torch.randn(args.rows, heads, 128, generator=gen, device="cuda")).to(torch.float8_e4m3fn)
@@ -156,9 +176,9 @@ def main(argv=None) -> int:
         weights = torch.randn(args.rows, heads, generator=gen, device="cuda")
         for kind in args.lists or ["sorted", "repeated"]:
             lists = candidate_lists(args.rows, args.candidates, args.keys, kind, gen)
-            for per_sm, mode in itertools.product(args.ctas_per_sm or [4, 8], range(len(MODES))):
+            for per_sm, mode in itertools.product(args.ctas_per_sm or [4, 8], modes):
                 ctas = per_sm * sms
-                out = run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas, mode)
+                out = run_probe(libs, q, k_fp8, k_scale, weights, lists, ctas, mode)
                 torch.cuda.synchronize()
                 ok, error, exact_error = bool(torch.isfinite(out).all()), None, None
                 if MODES[mode] != "products only":  # (its outputs are one dot product a key: nothing to verify)
@@ -170,7 +190,7 @@ def main(argv=None) -> int:
                     wrong = exact_scores(*args_of((lists[check] + 1) % args.keys), dots=wgmma_dots)
                     assert worst_error(out[check], *wrong) > 1e4, "the check passed scores of other keys"
                     ok = ok and error <= 2 * (heads + 2)
-                ms = median_ms(lambda: run_probe(lib, q, k_fp8, k_scale, weights, lists, ctas, mode), warmup=3,
+                ms = median_ms(lambda: run_probe(libs, q, k_fp8, k_scale, weights, lists, ctas, mode), warmup=3,
                                reps=20)
                 tflops = scoring_tflops(args.rows * args.candidates, heads, ms)
                 row = {"heads": heads, "lists": kind, "rows": args.rows, "candidates": args.candidates,

@@ -14,7 +14,7 @@
 // (docs/fp16-gate.md shows how a kernel would keep them equal).
 //
 // Compiled with -DHEADS=32|64 and -DWGMMA_HEADER naming the rendered header.
-#include "../templates/common/sm90.cuh"
+#include "rescore_gather.cuh"
 #include WGMMA_HEADER
 #include <type_traits>
 
@@ -25,24 +25,7 @@ constexpr int kQueryBytes = kHeads * 128;     // a multiple of 1024: the key til
 constexpr int kTileBytes = kTileKeys * 128;
 constexpr int kThreads = 128;
 
-// Byte x of row r of a tile of 128-byte rows with the 128-byte swizzle (the tile 1024-byte aligned).
-__device__ __forceinline__ int swizzled(int r, int x) { return r * 128 + ((((x >> 4) ^ r) & 7) << 4) + (x & 15); }
-
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sm90::smem_addr(smem_dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sm90::smem_addr(smem_dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
-
-// Row `row`'s query (kHeads x 128 fp8) into the swizzled tile `query` (cp.async; the caller commits).
-__device__ __forceinline__ void load_query(uint8_t* query, const uint8_t* q, int row) {
-    for (int i = threadIdx.x; i < kHeads * 8; i += kThreads)
-        cp_async_16(query + swizzled(i / 8, 16 * (i % 8)), q + (size_t(row) * kHeads + i / 8) * 128 + 16 * (i % 8));
-}
+using namespace gather;
 
 // Candidates [first, first + 64) of a row's list: their keys into `tile`, their scales into `scales`.
 __device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const uint8_t* k, const float* k_scale,
@@ -94,12 +77,12 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
         sm90::wgmma_keys_queries(a, tiles_start + (c % kBuffers) * (kTileBytes / 16), query_start);
     };
     auto landed = [] {  // cp.async's writes, made visible to the tensor core and the CTA
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        fence_for_products();
         __syncthreads();
     };
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         __syncthreads();  // the previous row's products have read the query tile and the buffers
-        load_query(query, q, row);
+        load_query(query, q, row, kHeads, kThreads);
         const int* list = candidates + size_t(row) * per_row;
         float* row_out = out + size_t(row) * per_row;
         sm90::load_lane_weights<1, kHeads>(w, weights, row, row + 1);
@@ -164,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) rescore_wide_kernel(const uint8_t* q
     float w[kHeads / 8][2];
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         __syncthreads();
-        load_query(query, q, row);
+        load_query(query, q, row, kHeads, kThreads);
         const int* list = candidates + size_t(row) * per_row;
         float* row_out = out + size_t(row) * per_row;
         sm90::load_lane_weights<1, kHeads>(w, weights, row, row + 1);
@@ -181,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) rescore_wide_kernel(const uint8_t* q
         for (int c = 0; c < chunks; ++c) {
             const int buf = c & 1;
             if (c + 1 < chunks) cp_async_wait<1>(); else cp_async_wait<0>();
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            fence_for_products();
             __syncthreads();
 #pragma unroll
             for (int s = 0; s < kSub; ++s)
