@@ -2,7 +2,7 @@
 // (tools/rescore.py's `wide` kernel; docs/fp16-gate.md, "Left open"): the row's query is the A operand
 // (M = 64 heads) and 256 gathered candidates the B operand (N = 256), one m64n256k32 product of four
 // k-steps a chunk, where the row-at-a-time kernels multiply 64 candidates by the query (m64n64k32):
-// 2.6x fewer shared-memory bytes a FLOP. The head sum then crosses lanes and warps: a lane holds heads
+// 1.6x fewer shared-memory bytes a FLOP. The head sum then crosses lanes and warps: a lane holds heads
 // g and g + 8 of its warp's 16 (g = lane / 4) for 64 of the 256 keys; it weights and adds its two,
 // a butterfly over the 8 lanes of equal lane % 4 leaves it 8 keys' 16-head sums, and the four warps'
 // sums meet in shared memory, where each thread adds two keys' and scales them.
