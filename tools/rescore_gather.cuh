@@ -19,9 +19,14 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory"); }
 
-// cp.async's writes, made visible to the tensor core (the async proxy); a barrier must follow before
-// other threads' products read them.
-__device__ __forceinline__ void fence_for_products() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// A chunk's gather has landed for every thread's products: this thread's cp.async groups waited for
+// (all but the newest where `next_in_flight`: the next chunk's, committed after it), its writes made
+// visible to the tensor core (the async proxy), then a barrier for the other threads' writes.
+__device__ __forceinline__ void chunk_landed(bool next_in_flight) {
+    if (next_in_flight) cp_async_wait<1>(); else cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+}
 
 // Row `row`'s query (heads x 128 fp8, rows of q [*, heads, 128]) into the swizzled tile `query`, by
 // `threads` threads (cp.async; the caller commits).

@@ -76,10 +76,6 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
     auto products = [&](float (&a)[kHeads / 2], int c) {
         sm90::wgmma_keys_queries(a, tiles_start + (c % kBuffers) * (kTileBytes / 16), query_start);
     };
-    auto landed = [] {  // cp.async's writes, made visible to the tensor core and the CTA
-        fence_for_products();
-        __syncthreads();
-    };
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         __syncthreads();  // the previous row's products have read the query tile and the buffers
         load_query(query, q, row, kHeads, kThreads);
@@ -94,8 +90,7 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
         gather_row(1);
         if constexpr (!kOverlap) {
             for (int c = 0; c < chunks; ++c) {
-                if (c + 1 < chunks) cp_async_wait<1>(); else cp_async_wait<0>();
-                landed();
+                chunk_landed(c + 1 < chunks);
                 products(acc[0], c);
                 sm90::wgmma_wait<0>();
                 store_scores<kEpilogue>(acc[0], w, scales[c % kBuffers], row_out + c * kTileKeys);
@@ -103,8 +98,7 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
                 if (c + 2 < chunks) gather_row(c + 2);
             }
         } else {
-            cp_async_wait<1>();
-            landed();
+            chunk_landed(true);
             products(acc[0], 0);
             sm90::wgmma_wait<0>();
             // Step c: chunk c's products are done in acc[cur]; chunk c + 1's start into the other set
@@ -113,8 +107,8 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
             auto step = [&](auto cur, int c) {
                 if (c >= chunks) return;
                 if (c + 1 < chunks) {
-                    cp_async_wait<0>();  // chunk c + 1, the one gather in flight
-                    landed();            // (and every lane is past step c - 1: buffer (c + 2) % 3 is free)
+                    chunk_landed(false);  // chunk c + 1, the one gather in flight (and every lane is past
+                                          // step c - 1: buffer (c + 2) % 3 is free)
                     products(acc[cur.value ^ 1], c + 1);
                     if (c + 2 < chunks) gather_row(c + 2);
                 }
@@ -128,12 +122,13 @@ __global__ void __launch_bounds__(kThreads) rescore_kernel(const uint8_t* q, con
         }
     }
 }
+
 // kSub products a barrier (mode 3): as the in-turn kernel, but each barrier serves kSub x 64 candidates,
 // gathered together, their kSub products issued as one group into kSub accumulator sets and reduced
 // after one wait (dynamic shared memory: the query, two buffers of kSub tiles, their scales). Whether
 // the in-turn kernel waits on its barriers and products more than on the tensor core's rate.
 template <int kSub>
-__global__ void __launch_bounds__(kThreads) rescore_wide_kernel(const uint8_t* q, const uint8_t* k, const float* k_scale,
+__global__ void __launch_bounds__(kThreads) rescore_batched_kernel(const uint8_t* q, const uint8_t* k, const float* k_scale,
                                                                 const float* weights, const int* candidates, float* out,
                                                                 int rows, int per_row) {
     constexpr int kChunkKeys = kSub * kTileKeys;
@@ -163,9 +158,7 @@ __global__ void __launch_bounds__(kThreads) rescore_wide_kernel(const uint8_t* q
         if (chunks > 1) gather_chunk(1);
         for (int c = 0; c < chunks; ++c) {
             const int buf = c & 1;
-            if (c + 1 < chunks) cp_async_wait<1>(); else cp_async_wait<0>();
-            fence_for_products();
-            __syncthreads();
+            chunk_landed(c + 1 < chunks);
 #pragma unroll
             for (int s = 0; s < kSub; ++s)
                 sm90::wgmma_keys_queries(acc[s], tiles_start + (buf * kSub + s) * (kTileBytes / 16), query_start);
@@ -180,20 +173,20 @@ __global__ void __launch_bounds__(kThreads) rescore_wide_kernel(const uint8_t* q
     }
 }
 
-constexpr int kWideSub = 4;
-constexpr int kWideSmemBytes = 1024 + kQueryBytes + 2 * kWideSub * kTileBytes + 2 * kWideSub * kTileKeys * 4;
+constexpr int kBatchedSub = 4;
+constexpr int kBatchedSmemBytes = 1024 + kQueryBytes + 2 * kBatchedSub * kTileBytes + 2 * kBatchedSub * kTileKeys * 4;
 }  // namespace
 
 extern "C" int rescore(const void* q, const void* k, const float* k_scale, const float* weights, const int* candidates,
                        float* out, int rows, int per_row, int ctas, int mode, void* stream) {
     if (per_row % (2 * kTileKeys) || mode < 0 || mode > 3) return -1;
     const auto cuda_stream = static_cast<cudaStream_t>(stream);
-    if (mode == 3) {  // kWideSub products a barrier
-        if (per_row % (kWideSub * kTileKeys)) return -1;
-        const auto wide = rescore_wide_kernel<kWideSub>;
-        const cudaError_t set = cudaFuncSetAttribute(wide, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmemBytes);
+    if (mode == 3) {  // kBatchedSub products a barrier
+        if (per_row % (kBatchedSub * kTileKeys)) return -1;
+        const auto batched = rescore_batched_kernel<kBatchedSub>;
+        const cudaError_t set = cudaFuncSetAttribute(batched, cudaFuncAttributeMaxDynamicSharedMemorySize, kBatchedSmemBytes);
         if (set != cudaSuccess) return static_cast<int>(set);
-        wide<<<ctas, kThreads, kWideSmemBytes, cuda_stream>>>(static_cast<const uint8_t*>(q), static_cast<const uint8_t*>(k),
+        batched<<<ctas, kThreads, kBatchedSmemBytes, cuda_stream>>>(static_cast<const uint8_t*>(q), static_cast<const uint8_t*>(k),
                                                               k_scale, weights, candidates, out, rows, per_row);
         return static_cast<int>(cudaGetLastError());
     }

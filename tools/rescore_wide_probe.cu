@@ -70,9 +70,7 @@ __global__ void __launch_bounds__(kThreads) rescore_wide_kernel(const uint8_t* q
         if (chunks > 1) gather(1);
         for (int c = 0; c < chunks; ++c) {
             const int buf = c & 1;
-            if (c + 1 < chunks) cp_async_wait<1>(); else cp_async_wait<0>();
-            fence_for_products();
-            __syncthreads();
+            chunk_landed(c + 1 < chunks);
             // D[heads, keys] = query . keys^T: the header's product takes its A operand first.
             sm90::wgmma_keys_queries(acc, query_start, keys_start + buf * (kChunkBytes / 16));
             sm90::wgmma_wait<0>();
