@@ -10,6 +10,10 @@ Two steps, so that a GPU's time goes on measuring only:
       the designs named by --design (pure random search, pure TPE, ...), each with --repeats seeds.
       A run's regret is how much slower its pick is than the best point recorded. A point a search
       asks for that the file lacks (a sampled landscape) is a failed trial, counted in the table.
+      With --resample each run draws every point's timings from those recorded (with replacement,
+      seeded by the run; Replayed says which), as a second recording would time the near-equal
+      points near the top in another order; without it every run sees the same timings, and a design whose proposals do not
+      depend on the seed (the known points and the neighbour walk) picks the same point in each run.
 """
 
 from __future__ import annotations
@@ -102,18 +106,28 @@ def record(bucket: Bucket, measurer, variants: list[Variant], path: Path, build_
 
 
 class Replayed:
-    """A Measurer that answers every trial from a landscape."""
+    """A Measurer that answers every trial from a landscape: each point's recorded timings, or with
+    `resample` (a random.Random) as many drawn with replacement from all but the first of them. The
+    first is left out of the draw because it is not noise: a point is timed right after its
+    verification, and its first run, the card still below its power cap, reads 1-6% under the median
+    on every recorded bucket (tools/landscape_drift.py), as it would in a second recording; drawn
+    like the others it would move a run's median where no recording's would."""
 
-    def __init__(self, landscape: Landscape):
+    def __init__(self, landscape: Landscape, resample: random.Random | None = None):
         self.landscape = landscape
+        self.resample = resample
 
     def fused_samples(self, v: Variant, bucket: Bucket):
         points = self.landscape.points[bucket]
         if v.name not in points:
             raise NotRecorded(f"{v.name} is not in the landscape")
-        if points[v.name] is None:
+        timings = points[v.name]
+        if timings is None:
             raise VerificationError(f"{v.name} failed when it was recorded")
-        yield from points[v.name]
+        if self.resample is None:
+            yield from timings
+        else:
+            yield from self.resample.choices(timings[1:] if len(timings) > 2 else timings, k=len(timings))
 
     def compare(self, v: Variant, bucket: Bucket) -> Comparison:
         raise NotImplementedError("a replay searches only; nothing is settled against the dense path")
@@ -130,18 +144,21 @@ class Run:
 
 
 def replay(landscape: Landscape, bucket: Bucket, design: Design, seeds: range, trials: int, arch: str = "sm90a",
-           tables: list[Path] = ()) -> list[Run]:
+           tables: list[Path] = (), resample: bool = False) -> list[Run]:
     """`design`'s search of `bucket` run once a seed over the landscape (a fresh in-memory study each),
     starting as `tune` would with `tables`: the first one's choice for the bucket as its incumbent,
-    their per-kind evidence pruning its starting points (none: a GPU tuned afresh)."""
+    their per-kind evidence pruning its starting points (none: a GPU tuned afresh); with `resample`
+    each run's timings drawn from the recorded ones (Replayed). The regret is always of the pick's
+    recorded median against the best recorded median."""
     from .search import trial_sources
     from .study import counts
     from .tune import losing_kinds, open_study, search_bucket, table_choice
 
-    measurer, (_, best_ms) = Replayed(landscape), landscape.best(bucket)
+    best_ms = landscape.best(bucket)[1]
     incumbent, skip = table_choice(bucket, list(tables)), losing_kinds(bucket, list(tables))
     runs = []
     for seed in seeds:
+        measurer = Replayed(landscape, random.Random(seed) if resample else None)
         study = open_study(bucket, arch, seed=seed, incumbent=incumbent, gpu=f"replay-{seed}", design=design,
                            skip_kinds=skip)
         search_bucket(study, bucket, measurer, arch, trials, log=lambda s: None)
@@ -200,6 +217,13 @@ def add_arguments(p) -> None:
                    help="heads x top-k x rows x keys [x requests], e.g. 32x2048x4096x8192 (repeatable; "
                         "--replay: default every bucket the file holds)")
     p.add_argument("--sample", type=int, default=0, help="--record: random valid points a bucket (0: all of them)")
+    p.add_argument("--fastest", type=int, default=0, metavar="N",
+                   help="--record: only the N fastest points of each bucket in the landscape --of names (a second "
+                        "recording of a space's top, to see how far a re-run moves it)")
+    p.add_argument("--of", type=Path, metavar="FILE", help="--record --fastest: the landscape whose fastest points")
+    p.add_argument("--warm-ms", type=float, default=0.0,
+                   help="--record: warm each point up for at least this much of its GPU time before its 7 timings "
+                        "(default 0: one run, as a tuning study does)")
     p.add_argument("--part", default="1/1", metavar="K/N",
                    help="--record: only part K of N of each bucket's points (every N-th from the K-th): a part's "
                         "nvcc and timing fit one call of a machine lent a call at a time, and a file takes the "
@@ -208,6 +232,9 @@ def add_arguments(p) -> None:
                    "(repeatable; default: all of them)")
     p.add_argument("--repeats", type=int, default=10, help="--replay: runs a design, seeds 0..")
     p.add_argument("--trials", type=int, default=12, help="--replay: the budget (tune's default)")
+    p.add_argument("--resample", action="store_true", help="--replay: each run draws every point's timings from "
+                   "the recorded ones (with replacement, seeded by the run), as a second recording would differ; "
+                   "default: every run sees the recorded timings")
     p.add_argument("--table", type=Path, help="--replay: start as `tune` would with this table (its choice for the "
                    "bucket first, its per-kind evidence pruning the start); default none, as on a GPU tuned afresh")
     p.add_argument("--log", type=Path, help="--replay: append the rows as JSON lines here")
@@ -226,7 +253,7 @@ def main(args) -> int:
             raise SystemExit(f"--bucket {bucket.name}: {args.replay} holds none of its points")
         for name in args.design or list(DESIGNS):
             runs = replay(landscape, bucket, DESIGNS[name], range(args.repeats), args.trials,
-                          tables=[args.table] if args.table else [])
+                          tables=[args.table] if args.table else [], resample=args.resample)
             rows.append(summary(bucket, landscape, name, runs))
             if args.log:
                 with open(args.log, "a") as f:
@@ -248,6 +275,19 @@ def points_to_record(space: list[Variant], sample: int, part: str) -> list[Varia
     return chosen[k - 1::n]
 
 
+def fastest_points(space: list[Variant], bucket: Bucket, of: Path | None, n: int) -> list[Variant]:
+    """The `n` fastest points of `bucket` in the landscape `of`, in `space`'s order (the order they
+    were recorded in there)."""
+    if of is None or not of.exists():
+        raise SystemExit("--fastest: name the landscape whose fastest points are recorded again (--of FILE)")
+    points = Landscape.read(of).points.get(bucket)
+    if not points:
+        raise SystemExit(f"--fastest: {of} holds no points of {bucket.name}")
+    medians = {name: statistics.median(t) for name, t in points.items() if t}
+    chosen = set(sorted(medians, key=medians.get)[:n])
+    return [v for v in space if v.name in chosen]
+
+
 def main_record(args) -> int:
     import torch
 
@@ -264,10 +304,12 @@ def main_record(args) -> int:
     if not args.bucket:
         raise SystemExit("--record: name the buckets (--bucket HxKxMxN[xQ])")
     arch = arch_for_capability(*device_identity(torch.cuda.current_device()).capability).name
-    measurer = GpuMeasurer()
+    measurer = GpuMeasurer(warm_ms=args.warm_ms)
     for bucket in map(parse_bucket, args.bucket):
-        chosen = points_to_record(valid_variants(arch=arch, heads=bucket.heads, top_k=bucket.top_k), args.sample,
-                                  args.part)
+        space = valid_variants(arch=arch, heads=bucket.heads, top_k=bucket.top_k)
+        if args.fastest:
+            space = fastest_points(space, bucket, args.of, args.fastest)
+        chosen = points_to_record(space, args.sample, args.part)
         n = record(bucket, measurer, chosen, args.record, build_fn=lambda vs: build(vs),
                    log=lambda s: print(s, flush=True))
         print(f"[{bucket.name}] {n} points measured, {len(chosen)} in the landscape", flush=True)

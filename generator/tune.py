@@ -495,9 +495,10 @@ def refresh(measurer: Measurer, gpu: str, arch: str, out_dir: Path, build_fn=Non
 class GpuMeasurer:
     """Times on the local GPU; inputs are a causal chunk of random data per bucket."""
 
-    def __init__(self, seed: int = 0, verify_rows: int = 64):
+    def __init__(self, seed: int = 0, verify_rows: int = 64, warm_ms: float = 0.0):
         self.seed = seed
         self.verify_rows = verify_rows
+        self.warm_ms = warm_ms  # fused_samples' warm-up: at least this much of the candidate's GPU time
         self._workloads: dict[Bucket, object] = {}
 
     def workload(self, bucket: Bucket):
@@ -536,7 +537,11 @@ class GpuMeasurer:
         from .timing import event_ms
 
         call = self._verified(variant, bucket)
-        call()  # (warm-up)
+        # (warm-up: one run, or runs back to back for warm_ms: the card, idle while the answer was
+        # checked, starts below its power cap and slows as the cap bites; tools/landscape_drift.py)
+        warm = event_ms(call)
+        while warm < self.warm_ms:
+            warm += event_ms(call)
         for _ in range(reps):
             yield event_ms(call)
 

@@ -605,6 +605,33 @@ def test_searches_replayed_over_the_whole_space_find_its_best_and_say_where_thei
     assert "h32_k2048_m16384_n524288" in markdown(rows) and "| random |" in markdown(rows)
 
 
+def test_a_resampled_replay_times_each_run_anew_and_judges_its_pick_by_the_recorded_medians(tmp_path):
+    import json
+
+    from generator.regret import DESIGNS, Landscape, replay
+    from generator.space import starting_points
+
+    bucket, path = Bucket(32, 2048, 16384, 131072), tmp_path / "landscape.jsonl"
+    first, second, *others = starting_points(32, 2048)
+    timings = {first: [1.0] * 4 + [1.3] * 3, second: [1.05] * 7, **{v: [2.0] * 7 for v in others}}
+    path.write_text("".join(json.dumps({"bucket": [32, 2048, 16384, 131072, 1], "variant": v.name, "ms": ms}) + "\n"
+                            for v, ms in timings.items()))
+    landscape = Landscape.read(path)
+    design = DESIGNS["neighbours"]  # (its proposals do not depend on the seed)
+    fixed = replay(landscape, bucket, design, range(20), trials=len(timings))
+    assert {r.pick for r in fixed} == {first.name} and all(r.regret == 0 for r in fixed)
+    resampled = replay(landscape, bucket, design, range(20), trials=len(timings), resample=True)
+    # (the first point's median of 7 draws is 1.3 where 4 or more of them are: about 1 run in 3)
+    assert {r.pick for r in resampled} == {first.name, second.name}
+    assert {round(r.regret, 6) for r in resampled} == {0.0, 0.05}
+    # A point's first timing (the card not yet at its power cap) is not drawn: not noise, a position.
+    import random
+
+    from generator.regret import Replayed
+    landscape.points[bucket][first.name] = [0.5] + [1.0] * 6
+    assert set(Replayed(landscape, random.Random(0)).fused_samples(first, bucket)) == {1.0}
+
+
 def test_a_replay_over_a_sample_of_the_space_counts_the_points_it_lacked(tmp_path):
     from generator.regret import DESIGNS, Landscape, markdown, record, replay, summary
 

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# How far a second recording moves the top of a landscape, and whether a longer warm-up steadies it
+# (BENCHMARKS.md, "The tuner's search against the whole space"): on the GPU machine, for each bucket,
+# the N fastest points of its recorded landscape timed again four times, twice as a tuning study times
+# a candidate (one warm-up run) and twice warmed up for WARM_MS of its own GPU time first; then
+# tools/landscape_drift.py profiles each recording and compares each pair.
+#   bash tools/rerun_fastest.sh [N] [WARM_MS]        (defaults 24 and 500; carry nothing: it builds)
+# Everything lands in one tarball, $OUT/rerun-fastest.tgz, with summary.md.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+N=${1:-24}
+WARM=${2:-500}
+mkdir -p "$OUT"
+W=$(mktemp -d)
+export PYTHONPATH=$PWD FUSED_MQA_TOPK_CACHE=${FUSED_MQA_TOPK_CACHE:-$W/cache}
+L=docs/results/h200-2026-12-04-landscape
+{ nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; git log --oneline -1; } > "$W/summary.md"
+record() {  # landscape, bucket, name, warm-ms
+    python -m generator regret --record "$W/$3.jsonl" --bucket "$2" --fastest "$N" --of "$L/$1" --warm-ms "$4" \
+        >> "$W/record.log" 2>&1 || echo "$3: exit $?" >> "$W/summary.md"
+}
+for spec in landscape.jsonl:64x2048x4096x32768 landscape.jsonl:64x2048x16384x131072 \
+            landscape-packed.jsonl:64x2048x16384x131072x8 landscape-h32-long.jsonl:32x2048x16384x131072; do
+    file=${spec%%:*} bucket=${spec#*:}
+    for name in one-a warm-a one-b warm-b; do  # (alternated: neither method's pair is timed closer together)
+        record "$file" "$bucket" "$name" "$([ "${name%-*}" = warm ] && echo "$WARM" || echo 0)"
+    done
+done
+{
+    for name in one-a one-b warm-a warm-b; do
+        echo; echo "## $name"; python tools/landscape_drift.py "$W/$name.jsonl" --top 10
+    done
+    echo; echo "## a second recording, one warm-up run (one-a against one-b)"
+    python tools/landscape_drift.py "$W/one-a.jsonl" --against "$W/one-b.jsonl"
+    echo; echo "## a second recording, warmed up for $WARM ms (warm-a against warm-b)"
+    python tools/landscape_drift.py "$W/warm-a.jsonl" --against "$W/warm-b.jsonl"
+    echo; echo "## the landscapes against one-a"
+    python tools/landscape_drift.py "$L"/landscape*.jsonl --against "$W/one-a.jsonl"
+} >> "$W/summary.md" 2>&1
+cat "$W/summary.md"
+tar -czf "$OUT/rerun-fastest.tgz" -C "$W" --exclude=cache .
