@@ -238,8 +238,9 @@ def parser() -> argparse.ArgumentParser:
 
     from .regret import add_arguments as regret_arguments
 
-    p = sub.add_parser("regret", help="GPU: how far the tuner's default budget lands from the best of a large "
-                                      "sample of the variant space (generator/regret.py)")
+    p = sub.add_parser("regret", help="how far the tuner's search lands from the best of a bucket's whole variant "
+                                      "space: --record times the space (GPU), --replay runs searches over it "
+                                      "(any machine; generator/regret.py)")
     regret_arguments(p)
     p.set_defaults(fn=cmd_regret)
     return ap

@@ -157,6 +157,19 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
         report.failures.append(f"row {row}: {msg}" if len(report.failures) < max_failures else "...")
         return len(report.failures) > max_failures
 
+    def settles(arithmetic: str, row, scores, bound, chosen) -> bool:
+        """Whether `arithmetic`'s scores and bound pass the row by the two-sided rule; if so the row is
+        counted under it, and with strict its ties at the k-th place are checked too (a failure
+        recorded)."""
+        used = _budget_used(scores, bound, chosen)
+        if used > 1:
+            return False
+        report.rows_by_arithmetic[arithmetic] += 1
+        report.worst_budget_used = max(report.worst_budget_used, used)
+        if strict and (msg := _tie_break(scores, chosen, "exact scores" if arithmetic == "exact" else "wgmma's scores")):
+            fail(row, msg)
+        return True
+
     # Score the checked rows in groups of consecutive rows whose union span fits the budget (fp64
     # scores and two bounds a pair).
     for a, b, lo, hi in row_pieces([ks_h[r] for r in row_ids], [ke_h[r] for r in row_ids], budget_bytes // 24):
@@ -182,14 +195,10 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
                 continue
             span = slice(ks_h[row] - lo, ke_h[row] - lo)
             chosen = sel[: min(top_k, n)].long()
-            if "exact" in arithmetics:
-                used = _budget_used(scores[j, span], tight[j, span], chosen)
-                if used <= 1:
-                    report.rows_by_arithmetic["exact"] += 1
-                    report.worst_budget_used = max(report.worst_budget_used, used)
-                    if strict and (msg := _tie_break(scores[j, span], chosen, "exact scores")) and fail(row, msg):
-                        return report
-                    continue
+            if "exact" in arithmetics and settles("exact", row, scores[j, span], tight[j, span], chosen):
+                if len(report.failures) > max_failures:
+                    return report
+                continue
             if "wgmma" in arithmetics and _budget_used(scores[j, span], loose[j, span], chosen) <= 1:
                 undecided.append(j)
                 continue
@@ -203,11 +212,8 @@ def verify_topk(out: torch.Tensor, q, kv, weights, ks, ke, top_k: int, rows=None
                 row = group[j]
                 span = slice(ks_h[row] - lo, ke_h[row] - lo)
                 chosen = out_cpu[row][: min(top_k, ke_h[row] - ks_h[row])].long()
-                used = _budget_used(w_scores[i, span], w_bound[i, span], chosen)
-                if used <= 1:
-                    report.rows_by_arithmetic["wgmma"] += 1
-                    report.worst_budget_used = max(report.worst_budget_used, used)
-                    if strict and (msg := _tie_break(w_scores[i, span], chosen, "wgmma's scores")) and fail(row, msg):
+                if settles("wgmma", row, w_scores[i, span], w_bound[i, span], chosen):
+                    if len(report.failures) > max_failures:
                         return report
                 elif fail(row, _describe(w_scores[i, span], w_bound[i, span], chosen, "wgmma's scores")
                           + "; " + _describe(scores[j, span], tight[j, span], chosen, "exact scores")):
