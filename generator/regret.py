@@ -132,6 +132,20 @@ class Replayed:
     def compare(self, v: Variant, bucket: Bucket) -> Comparison:
         raise NotImplementedError("a replay searches only; nothing is settled against the dense path")
 
+    def playoff(self, variants: list[Variant], bucket: Bucket):
+        """Each variant's median (tune.pick's side-by-side timing): its recorded one, or with `resample`
+        that of COMPARE_REPS timings drawn as fused_samples draws them (the side-by-side rounds' shared
+        clocks are not modelled: a recording has none)."""
+        from .timing import COMPARE_REPS, Timed, spread
+
+        out = {}
+        for v in variants:
+            timings = self.landscape.points[bucket][v.name]
+            if self.resample is not None:
+                timings = self.resample.choices(timings[1:] if len(timings) > 2 else timings, k=COMPARE_REPS)
+            out[v.name] = Timed(statistics.median(timings), spread(timings))
+        return out
+
 
 @dataclass
 class Run:
@@ -146,13 +160,13 @@ class Run:
 def replay(landscape: Landscape, bucket: Bucket, design: Design, seeds: range, trials: int, arch: str = "sm90a",
            tables: list[Path] = (), resample: bool = False) -> list[Run]:
     """`design`'s search of `bucket` run once a seed over the landscape (a fresh in-memory study each),
-    starting as `tune` would with `tables`: the first one's choice for the bucket as its incumbent,
+    and its pick made as `tune` makes it (tune.pick), starting as `tune` would with `tables`: the first one's choice for the bucket as its incumbent,
     their per-kind evidence pruning its starting points (none: a GPU tuned afresh); with `resample`
     each run's timings drawn from the recorded ones (Replayed). The regret is always of the pick's
     recorded median against the best recorded median."""
     from .search import trial_sources
     from .study import counts
-    from .tune import losing_kinds, open_study, search_bucket, table_choice
+    from .tune import losing_kinds, open_study, pick, search_bucket, table_choice
 
     best_ms = landscape.best(bucket)[1]
     incumbent, skip = table_choice(bucket, list(tables)), losing_kinds(bucket, list(tables))
@@ -162,10 +176,9 @@ def replay(landscape: Landscape, bucket: Bucket, design: Design, seeds: range, t
         study = open_study(bucket, arch, seed=seed, incumbent=incumbent, gpu=f"replay-{seed}", design=design,
                            skip_kinds=skip)
         search_bucket(study, bucket, measurer, arch, trials, log=lambda s: None)
-        done = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
-        pick = min(done, key=lambda t: t.value).user_attrs["variant"]
+        chosen = pick(study, bucket, measurer, log=lambda s: None).name
         unrecorded = sum("NotRecorded" in t.user_attrs.get("failed", "") for t in study.get_trials(deepcopy=False))
-        runs.append(Run(seed, pick, landscape.median(bucket, pick) / best_ms - 1, counts(study)["measured"],
+        runs.append(Run(seed, chosen, landscape.median(bucket, chosen) / best_ms - 1, counts(study)["measured"],
                         trial_sources(study), unrecorded))
     return runs
 

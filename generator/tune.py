@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runtime.arch import arch_for_capability
 from runtime.table import (
@@ -57,6 +57,9 @@ from .study import (
     now,
     study_name,
 )
+
+if TYPE_CHECKING:
+    from .timing import Timed
 
 TUNED_AXES = ("mma", "rows", "key_tile", "warps", "stages", "buffer", "sample_tiles", "select_warps")
 # The order a study walks the best point's neighbours in (space.neighbors): who selects first (the
@@ -88,6 +91,10 @@ class Measurer(Protocol):
 
     def compare(self, variant: Variant, bucket: Bucket) -> Comparison:
         """`variant` (verified) and the dense path, timed interleaved with the same repeats."""
+        ...
+
+    def playoff(self, variants: list[Variant], bucket: Bucket) -> dict[str, Timed]:
+        """`variants` (verified), timed interleaved with the same repeats: by name, median and spread."""
         ...
 
 
@@ -280,8 +287,40 @@ def fail(study, trial, reason: str, log, line: str) -> None:
     tell(study, trial, state=S.FAIL)
 
 
+# A study's trials are timed one after another, each right after its answer is checked, while the
+# card's clock slides to its power cap: on the long buckets the fastest points' timings spread wider
+# than the gaps between them (BENCHMARKS.md, "Each run timed anew"). So the trials within
+# PLAYOFF_WITHIN of the best, at most PLAYOFF_MOST of them, are timed again side by side before the
+# pick: each round runs each once, and every one sees the same clocks.
+PLAYOFF_WITHIN = 0.03
+PLAYOFF_MOST = 3
+
+
+def finalists(study) -> list[Variant]:
+    """The study's fastest complete trial's variant and those within PLAYOFF_WITHIN of it, fastest
+    first, at most PLAYOFF_MOST."""
+    complete = sorted((t for t in study.get_trials(deepcopy=False) if t.value is not None and "variant" in t.user_attrs),
+                      key=lambda t: t.value)
+    names = [t.user_attrs["variant"] for t in complete if t.value <= (1 + PLAYOFF_WITHIN) * complete[0].value]
+    return [Variant.from_name(n) for n in dict.fromkeys(names)][:PLAYOFF_MOST] if complete else []
+
+
+def pick(study, bucket: Bucket, measurer: Measurer, log=print) -> Variant | None:
+    """The study's choice: its fastest trial's variant, or where others came within PLAYOFF_WITHIN of
+    it, the fastest of them timed side by side (Measurer.playoff)."""
+    finals = finalists(study)
+    if len(finals) < 2:
+        return finals[0] if finals else None
+    timed = measurer.playoff(finals, bucket)
+    best = min(finals, key=lambda v: timed[v.name].ms)
+    log(f"[{bucket.name}] {len(finals)} trials within {PLAYOFF_WITHIN:.0%} of the best, timed side by side: "
+        + ", ".join(f"{v.name} {timed[v.name].ms:.3f} ms (+-{timed[v.name].spread:.1%})" for v in finals)
+        + f"; taken: {best.name}")
+    return best
+
+
 def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> BucketResult:
-    """The study's best verified variant, timed against the dense path (Measurer.compare)."""
+    """The study's choice (pick), timed against the dense path (Measurer.compare)."""
     from .design import describe_sources
     from .search import kind_times, trial_sources, trial_workers
 
@@ -290,12 +329,11 @@ def settle_bucket(study, bucket: Bucket, measurer: Measurer, log=print) -> Bucke
     workers = trial_workers(study)
     by_worker = (f"; measured by {len(workers)} workers: " + ", ".join(f"{w} {n}" for w, n in sorted(workers.items()))
                  if len(workers) > 1 else "")
-    complete = [t for t in study.get_trials(deepcopy=False) if t.value is not None and "variant" in t.user_attrs]
-    if not complete:
+    start = time.monotonic()
+    best = pick(study, bucket, measurer, log)
+    if best is None:
         return BucketResult(bucket, None, None, c["measured"], c["rejected"], c["failed"], c["pruned"], study,
                             trial_sources=sources)
-    best = Variant.from_name(min(complete, key=lambda t: t.value).user_attrs["variant"])
-    start = time.monotonic()
     comparison = measurer.compare(best, bucket)
     log(f"[{bucket.name}] {best.name}: fused {comparison.fused_ms:.3f} ms (+-{comparison.fused_spread:.1%}), dense "
         f"{comparison.dense_ms:.3f} ms (+-{comparison.dense_spread:.1%}), timed alike; its "
@@ -552,6 +590,12 @@ class GpuMeasurer:
 
         timed = interleaved_ms({"fused": self._verified(variant, bucket), "dense": self._dense(bucket)}, reps=reps)
         return Comparison(timed["fused"].ms, timed["fused"].spread, timed["dense"].ms, timed["dense"].spread)
+
+    def playoff(self, variants: list[Variant], bucket: Bucket, reps: int | None = None) -> dict[str, Timed]:
+        """The variants alternately, `reps` each after a warm-up of each (as compare)."""
+        from .timing import interleaved_ms
+
+        return interleaved_ms({v.name: self._verified(v, bucket) for v in variants}, reps=reps)
 
 
 def with_neighbors(choice: Variant) -> set[Variant]:

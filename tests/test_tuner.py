@@ -37,6 +37,7 @@ class FakeMeasurer:
         self.reps = reps
         self.fused_calls: list[str] = []  # variants searched
         self.compared: list[str] = []  # variants settled against dense
+        self.played: list[list[str]] = []  # the trials timed side by side before a pick (tune.pick)
 
     def dense_ms(self, bucket):
         return self.dense * (bucket.keys / 65536) ** 2  # dense loses ground as keys grow
@@ -57,6 +58,12 @@ class FakeMeasurer:
     def compare(self, v: Variant, bucket):
         self.compared.append(v.name)
         return Comparison(self.time_of(v, bucket), 0.0, self.dense_ms(bucket), 0.0)
+
+    def playoff(self, variants, bucket):
+        from generator.timing import Timed
+
+        self.played.append([v.name for v in variants])
+        return {v.name: Timed(self.time_of(v, bucket), 0.0) for v in variants}
 
 
 def test_choices_only_hold_values_some_valid_variant_uses():
@@ -388,6 +395,44 @@ class SlowOnes(FakeMeasurer):
         for _ in range(self.reps):
             self.timings[v.name] = self.timings.get(v.name, 0) + 1
             yield ms
+
+
+def test_trials_within_three_percent_of_the_best_are_timed_side_by_side_before_the_pick():
+    """Timed one after another a trial can read 1% fast (the card cooler after its check); the
+    finalists timed in the same rounds decide, and one more than 3% off never plays."""
+    from generator.timing import Timed
+    from generator.tune import PLAYOFF_MOST, PLAYOFF_WITHIN, finalists, open_study
+
+    bucket = Bucket(32, 2048, 16384, 131072)
+    a, b, c, d = starting_points(32, 2048, "sm90a")[:4]
+    alone = {a.name: 1.00, b.name: 1.01, c.name: 1.02, d.name: 1.10}  # (their trials' timings)
+    side_by_side = {a.name: 1.03, b.name: 1.00, c.name: 1.01}
+
+    class Cooler(FakeMeasurer):
+        def fused_samples(self, v, bucket):
+            for _ in range(self.reps):
+                yield alone[v.name]
+
+        def playoff(self, variants, bucket):
+            self.played.append([v.name for v in variants])
+            return {v.name: Timed(side_by_side[v.name], 0.0) for v in variants}
+
+    m, lines = Cooler(), []
+    r = tune_bucket(bucket, m, "sm90a", trials=4, log=lines.append)
+    assert m.played == [[a.name, b.name, c.name]] and r.best == b and m.compared == [b.name]
+    assert any("3 trials within 3% of the best, timed side by side" in s and s.endswith(f"taken: {b.name}")
+               for s in lines)
+    assert PLAYOFF_WITHIN == 0.03 and PLAYOFF_MOST == 3
+    study = open_study(bucket, "sm90a")  # (an empty study: nothing to pick)
+    assert finalists(study) == []
+
+
+def test_a_study_with_one_trial_near_the_best_plays_off_nothing():
+    m = FakeMeasurer()
+    bucket = Bucket(32, 1024, 4096, 65536)
+    first = starting_points(32, 1024, "sm90a")[0]
+    r = tune_bucket(bucket, m, "sm90a", trials=1, log=lambda s: None)
+    assert r.best == first and m.played == [] and m.compared == [first.name]
 
 
 def test_a_hopeless_candidate_is_stopped_on_its_first_timings():
