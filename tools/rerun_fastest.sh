@@ -3,7 +3,8 @@
 # (BENCHMARKS.md, "The tuner's search against the whole space"): on the GPU machine, for each bucket,
 # the N fastest points of its recorded landscape timed again four times, twice as a tuning study times
 # a candidate (one warm-up run) and twice warmed up for WARM_MS of its own GPU time first; then
-# tools/landscape_drift.py profiles each recording and compares each pair.
+# tools/landscape_drift.py profiles each recording and compares each pair; last, each bucket's three
+# fastest recorded points timed side by side twice, as tune's pick times a study's finalists.
 #   bash tools/rerun_fastest.sh [N] [WARM_MS]        (defaults 24 and 500; carry nothing: it builds)
 # Everything lands in one tarball, $OUT/rerun-fastest.tgz, with summary.md.
 set -uo pipefail
@@ -26,7 +27,27 @@ for spec in landscape.jsonl:64x2048x4096x32768 landscape.jsonl:64x2048x16384x131
         record "$file" "$bucket" "$name" "$([ "${name%-*}" = warm ] && echo "$WARM" || echo 0)"
     done
 done
+# The side-by-side pick (tune.pick) of each bucket's 3 fastest recorded points, twice: does it repeat?
+python - "$L" >> "$W/playoff.md" 2>&1 <<'PY'
+import statistics, sys
+from pathlib import Path
+from generator.regret import Landscape
+from generator.tune import GpuMeasurer
+from runtime.variant import Variant
+m = GpuMeasurer()
+for f in ("landscape.jsonl", "landscape-packed.jsonl", "landscape-h32-long.jsonl"):
+    land = Landscape.read(Path(sys.argv[1]) / f)
+    for bucket, points in sorted(land.points.items()):
+        med = {n: statistics.median(t) for n, t in points.items() if t}
+        finals = [Variant.from_name(n) for n in sorted(med, key=med.get)[:3]]
+        for attempt in (1, 2):
+            timed = m.playoff(finals, bucket)
+            print(f"{bucket.name} playoff {attempt}: " + ", ".join(
+                f"{v.name} {timed[v.name].ms:.3f} ms (+-{timed[v.name].spread:.1%}; recorded {med[v.name]:.3f})"
+                for v in finals), flush=True)
+PY
 {
+    echo "## the three fastest of each bucket, timed side by side twice"; cat "$W/playoff.md"
     for name in one-a one-b warm-a warm-b; do
         echo; echo "## $name"; python tools/landscape_drift.py "$W/$name.jsonl" --top 10
     done
