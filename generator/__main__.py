@@ -1,8 +1,9 @@
-"""python -m generator {list, render, build, check, bench, tune, report, regret}"""
+"""python -m generator {list, render, build, check, bench, decode, tune, report, regret}"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -134,28 +135,19 @@ def cmd_bench(args) -> int:
     return main(args)
 
 
-def cmd_decode(args) -> int:
-    from .paged_bench import main
-
-    return main(args)
-
-
-def cmd_tune(args) -> int:
-    from .tune import main
-
-    return main(args)
-
-
-def cmd_report(args) -> int:
-    from .report import main
-
-    return main(args)
-
-
-def cmd_regret(args) -> int:
-    from .regret import main
-
-    return main(args)
+# The subcommands whose module holds both their options (add_arguments) and their run (main), by name:
+# (module, help).
+MODULE_COMMANDS = {
+    "decode": ("paged_bench", "GPU: paged decode steps (runtime.paged_mqa_topk) timed eager and graph-replayed "
+                              "against the HBM floor of the same run"),
+    "tune": ("tune", "GPU: tune variants per shape bucket with optuna; write <GPU>.json to the user table "
+                     "directory (FUSED_MQA_TOPK_TABLES)"),
+    "report": ("report", "write a tuned table's report and plots again, from the table and the optuna storage of "
+                         "its run (no GPU)"),
+    "regret": ("regret", "how far the tuner's search lands from the best of a bucket's whole variant space: "
+                         "--record times the space (GPU), --replay runs searches over it (any machine; "
+                         "generator/regret.py)"),
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -212,37 +204,16 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_check)
 
     from .bench import add_arguments as bench_arguments
-    from .tune import add_arguments
 
     p = sub.add_parser("bench", help="GPU: _scaled_mm rate, dense logits and top-k, fused variants, timed in one run")
     bench_arguments(p)
     p.set_defaults(fn=cmd_bench)
 
-    from .paged_bench import add_arguments as decode_arguments
-
-    p = sub.add_parser("decode", help="GPU: paged decode steps (runtime.paged_mqa_topk) timed eager and graph-replayed "
-                                      "against the HBM floor of the same run")
-    decode_arguments(p)
-    p.set_defaults(fn=cmd_decode)
-
-    p = sub.add_parser("tune", help="GPU: tune variants per shape bucket with optuna; write <GPU>.json to the user table directory (FUSED_MQA_TOPK_TABLES)")
-    add_arguments(p)
-    p.set_defaults(fn=cmd_tune)
-
-    from .report import add_arguments as report_arguments
-
-    p = sub.add_parser("report", help="write a tuned table's report and plots again, from the table and the optuna "
-                                      "storage of its run (no GPU)")
-    report_arguments(p)
-    p.set_defaults(fn=cmd_report)
-
-    from .regret import add_arguments as regret_arguments
-
-    p = sub.add_parser("regret", help="how far the tuner's search lands from the best of a bucket's whole variant "
-                                      "space: --record times the space (GPU), --replay runs searches over it "
-                                      "(any machine; generator/regret.py)")
-    regret_arguments(p)
-    p.set_defaults(fn=cmd_regret)
+    for name, (module_name, text) in MODULE_COMMANDS.items():
+        module = importlib.import_module(f".{module_name}", __package__)
+        p = sub.add_parser(name, help=text)
+        module.add_arguments(p)
+        p.set_defaults(fn=module.main)
     return ap
 
 
