@@ -208,13 +208,13 @@ def main(argv=None) -> int:
                            f", error {error:.1f} half-ulps of the wgmma model ({exact_error:.0f} of exact)")
                 print(f"H={heads} {kind:10s} {ctas:4d} CTAs {MODES[mode]:13s}: {ms:.3f} ms, {tflops:.0f} TFLOP/s, "
                       f"{tflops / floor:.2f} of the floor{checked}, {'ok' if ok else 'WRONG'}{extra}", flush=True)
-                if not ok:
-                    return 1
     if args.out:
         with open(args.out, "a") as f:
             for row in rows_out:
                 f.write(json.dumps(row) + "\n")
-    return 0
+    # (a kernel that fails its check is said so on its line and in the exit status; the others still run:
+    # a GPU call is scarce)
+    return 0 if all(row["verified"] for row in rows_out) else 1
 
 
 if __name__ == "__main__":
