@@ -2,13 +2,14 @@
 
 For each bucket (heads, top_k, rows, keys) the tuner
   1. searches: optuna asks for variants (generator.design and generator.search: the known-good
-     points first, then two of the best point's one-axis neighbours, then TPE), rejects invalid
+     points first, then four of the best point's one-axis neighbours, then TPE), rejects invalid
      points with their reason, builds the rest in parallel, verifies each one's output against the
      reference before timing it (a wrong variant is a failed trial, never a time) and stops a
      hopeless one on its first timings (the pruner);
-  2. settles: times the best variant and the dense path alike, interleaved, and records both medians
-     with their spreads in <GPU>.json (runtime.table.table_dir); fused is taken where it wins by more
-     than the spreads together. Each entry says when, for which kernel code, after how many trials,
+  2. settles: picks the fastest trial's variant (where others came within 3% of it, the fastest of
+     them timed again side by side: pick), times it and the dense path alike, interleaved, and
+     records both medians with their spreads in <GPU>.json (runtime.table.table_dir); fused is taken
+     where it wins by more than the spreads together. Each entry says when, for which kernel code, after how many trials,
      and after which verification it was measured; the table says on which GPU and software.
 The table is rewritten after every bucket, merged with the buckets it already holds. Studies are
 keyed by the GPU identity and the kernel code's digest, so a stored study (--storage) resumes only
