@@ -12,8 +12,9 @@ Two steps, so that a GPU's time goes on measuring only:
       asks for that the file lacks (a sampled landscape) is a failed trial, counted in the table.
       With --resample each run draws every point's timings from those recorded (with replacement,
       seeded by the run; Replayed says which), as a second recording would time the near-equal
-      points near the top in another order; without it every run sees the same timings, and a design whose proposals do not
-      depend on the seed (the known points and the neighbour walk) picks the same point in each run.
+      points near the top in another order; without it every run sees the same timings, and a
+      design whose proposals do not depend on the seed (the known points and the neighbour walk)
+      picks the same point in each run.
 """
 
 from __future__ import annotations
@@ -124,10 +125,12 @@ class Replayed:
         timings = points[v.name]
         if timings is None:
             raise VerificationError(f"{v.name} failed when it was recorded")
-        if self.resample is None:
-            yield from timings
-        else:
-            yield from self.resample.choices(timings[1:] if len(timings) > 2 else timings, k=len(timings))
+        yield from (timings if self.resample is None else self._draw(timings, len(timings)))
+
+    def _draw(self, timings: list[float], k: int) -> list[float]:
+        """k timings drawn with replacement from `timings` less its first (where it has more than two:
+        a point the recorder stopped after two keeps both)."""
+        return self.resample.choices(timings[1:] if len(timings) > 2 else timings, k=k)
 
     def compare(self, v: Variant, bucket: Bucket) -> Comparison:
         raise NotImplementedError("a replay searches only; nothing is settled against the dense path")
@@ -142,7 +145,7 @@ class Replayed:
         for v in variants:
             timings = self.landscape.points[bucket][v.name]
             if self.resample is not None:
-                timings = self.resample.choices(timings[1:] if len(timings) > 2 else timings, k=COMPARE_REPS)
+                timings = self._draw(timings, COMPARE_REPS)
             out[v.name] = Timed(statistics.median(timings), spread(timings))
         return out
 
@@ -160,10 +163,10 @@ class Run:
 def replay(landscape: Landscape, bucket: Bucket, design: Design, seeds: range, trials: int, arch: str = "sm90a",
            tables: list[Path] = (), resample: bool = False) -> list[Run]:
     """`design`'s search of `bucket` run once a seed over the landscape (a fresh in-memory study each),
-    and its pick made as `tune` makes it (tune.pick), starting as `tune` would with `tables`: the first one's choice for the bucket as its incumbent,
-    their per-kind evidence pruning its starting points (none: a GPU tuned afresh); with `resample`
-    each run's timings drawn from the recorded ones (Replayed). The regret is always of the pick's
-    recorded median against the best recorded median."""
+    and its pick made as `tune` makes it (tune.pick), starting as `tune` would with `tables`: the
+    first one's choice for the bucket as its incumbent, their per-kind evidence pruning its starting
+    points (none: a GPU tuned afresh); with `resample` each run's timings drawn from the recorded ones
+    (Replayed). The regret is always of the pick's recorded median against the best recorded median."""
     from .search import trial_sources
     from .study import counts
     from .tune import losing_kinds, open_study, pick, search_bucket, table_choice

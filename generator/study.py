@@ -57,7 +57,7 @@ class BucketResult:
     pruned: int = 0
     study: object = None  # the optuna study (for the report's plots)
     search_s: float = 0.0  # wall seconds of the search here (0: searched by workers, or not searched)
-    settle_s: float = 0.0  # wall seconds of the settling (Measurer.compare)
+    settle_s: float = 0.0  # wall seconds of the settling (tune.pick's side-by-side timing, Measurer.compare)
     trial_sources: dict | None = None  # measured trials by where their point came from (design.SOURCES)
     kind_ms: dict | None = None  # the best median each kernel kind reached (search.kind_times)
 

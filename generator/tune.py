@@ -9,8 +9,9 @@ For each bucket (heads, top_k, rows, keys) the tuner
   2. settles: picks the fastest trial's variant (where others came within 3% of it, the fastest of
      them timed again side by side: pick), times it and the dense path alike, interleaved, and
      records both medians with their spreads in <GPU>.json (runtime.table.table_dir); fused is taken
-     where it wins by more than the spreads together. Each entry says when, for which kernel code, after how many trials,
-     and after which verification it was measured; the table says on which GPU and software.
+     where it wins by more than the spreads together. Each entry says when, for which kernel code,
+     after how many trials, and after which verification it was measured; the table says on which
+     GPU and software.
 The table is rewritten after every bucket, merged with the buckets it already holds. Studies are
 keyed by the GPU identity and the kernel code's digest, so a stored study (--storage) resumes only
 on the same GPU model and code. With --gpus, one worker a GPU searches each bucket's study through
