@@ -27,6 +27,7 @@ def test_a_second_recording_that_swaps_the_two_fastest_points_is_said_to():
     assert r["second_best_in_first"] == pytest.approx(0.01)  # b, by the first's
     assert r["rank_correlation"] == pytest.approx(0.5)
     assert tool.rerun(first, first)["rank_correlation"] == pytest.approx(1.0)
+    assert tool.rerun(first, {"other": [1.0] * 7}) is None  # (no point in common: nothing to say)
 
 
 def test_a_second_recording_takes_the_fastest_points_in_the_order_of_the_space(tmp_path):

@@ -57,9 +57,11 @@ def ranks(values: list[float]) -> list[float]:
     return out
 
 
-def rerun(first: dict[str, list[float] | None], second: dict[str, list[float] | None]) -> dict:
-    """How the second recording moved the points both timed (medians)."""
+def rerun(first: dict[str, list[float] | None], second: dict[str, list[float] | None]) -> dict | None:
+    """How the second recording moved the points both timed (medians); None where they share none."""
     common = sorted(n for n in first if first[n] and second.get(n))
+    if not common:
+        return None
     a = [statistics.median(first[n]) for n in common]
     b = [statistics.median(second[n]) for n in common]
     moves = [y / x - 1 for x, y in zip(a, b)]
@@ -79,8 +81,7 @@ def main_against(paths: list[Path], against: Path) -> int:
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for path in paths:
         for bucket, points in sorted(Landscape.read(path).points.items()):
-            if bucket in second:
-                r = rerun(points, second[bucket])
+            if bucket in second and (r := rerun(points, second[bucket])) is not None:
                 print(f"| {bucket.name} | {r['points']} | {r['median_move']:+.1%} | {r['median_abs_move']:.1%} | "
                       f"{r['largest_move']:+.1%} | {r['rank_correlation']:.2f} | {r['first_best_in_second']:+.1%} | "
                       f"{r['second_best_in_first']:+.1%} |")
