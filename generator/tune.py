@@ -727,6 +727,9 @@ def main(args) -> int:
               "Without a GPU you can:\n"
               "  python -m generator list             # the variant space (--invalid: rejected points and why)\n"
               "  python -m generator build --shipped  # compile every shipped variant with nvcc\n"
+              "  python -m generator regret --replay docs/results/h200-2026-12-04-landscape/landscape.jsonl\n"
+              "                                       # the tuner's search replayed over every point of two buckets'\n"
+              "                                       # spaces timed on an H200 (in a checkout), and its regret\n"
               "  python -m pytest -q tests            # the CPU test suite (in a checkout: the wheel holds no tests)\n"
               "and on a machine with an sm_89+ GPU, run this command again.", file=sys.stderr)
         return 2

@@ -378,6 +378,8 @@ def test_tune_without_a_gpu_says_what_to_do_instead():
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, cwd=REPO)
     assert proc.returncode == 2
     assert "no CUDA GPU" in proc.stderr and "python -m generator build --shipped" in proc.stderr
+    replay = next(line.split("--replay ")[1].strip() for line in proc.stderr.splitlines() if "--replay" in line)
+    assert (REPO / replay).exists()  # (the replay it suggests runs in a checkout)
 
 
 
