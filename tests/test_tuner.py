@@ -429,6 +429,22 @@ def test_trials_within_three_percent_of_the_best_are_timed_side_by_side_before_t
     assert finalists(study) == []
 
 
+def test_a_warmed_measurer_runs_a_candidate_back_to_back_for_warm_ms_before_its_timings(monkeypatch):
+    """GpuMeasurer(warm_ms=): the warm-up runs until that much of the candidate's own time has passed
+    (tools/rerun_fastest.sh measures whether that steadies a recording); by default one run."""
+    import generator.timing as timing
+    from generator.tune import GpuMeasurer
+
+    runs = []
+    monkeypatch.setattr(timing, "event_ms", lambda fn, hide_launch=False: (fn(), 3.0)[1])
+    monkeypatch.setattr(GpuMeasurer, "_verified", lambda self, v, b: lambda: runs.append(1))
+    bucket, v = Bucket(32, 2048, 16384, 131072), starting_points(32, 2048, "sm90a")[0]
+    assert list(GpuMeasurer(warm_ms=10).fused_samples(v, bucket)) == [3.0] * 7
+    assert len(runs) == 4 + 7  # 3 + 3 + 3 + 3 >= 10 ms of warm-up
+    runs.clear()
+    assert len(list(GpuMeasurer().fused_samples(v, bucket))) == 7 and len(runs) == 1 + 7
+
+
 def test_a_study_with_one_trial_near_the_best_plays_off_nothing():
     m = FakeMeasurer()
     bucket = Bucket(32, 1024, 4096, 65536)
