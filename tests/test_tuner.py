@@ -445,6 +445,20 @@ def test_a_warmed_measurer_runs_a_candidate_back_to_back_for_warm_ms_before_its_
     assert len(list(GpuMeasurer().fused_samples(v, bucket))) == 7 and len(runs) == 1 + 7
 
 
+def test_the_side_by_side_timing_alternates_the_finalists_round_by_round(monkeypatch):
+    import generator.timing as timing
+    from generator.tune import GpuMeasurer
+
+    order = []
+    monkeypatch.setattr(timing, "event_ms", lambda fn, hide_launch=False: fn())
+    monkeypatch.setattr(GpuMeasurer, "_verified", lambda self, v, b: lambda: order.append(v.name) or float(len(v.name)))
+    bucket, finals = Bucket(32, 2048, 16384, 131072), starting_points(32, 2048, "sm90a")[:3]
+    timed = GpuMeasurer().playoff(finals, bucket, reps=4)
+    names = [v.name for v in finals]
+    assert order == names + names * 4  # a warm-up of each, then each once a round
+    assert {n: t.ms for n, t in timed.items()} == {n: float(len(n)) for n in names}
+
+
 def test_a_study_with_one_trial_near_the_best_plays_off_nothing():
     m = FakeMeasurer()
     bucket = Bucket(32, 1024, 4096, 65536)
