@@ -304,7 +304,7 @@ def finalists(study) -> list[Variant]:
     complete = sorted((t for t in study.get_trials(deepcopy=False) if t.value is not None and "variant" in t.user_attrs),
                       key=lambda t: t.value)
     names = [t.user_attrs["variant"] for t in complete if t.value <= (1 + PLAYOFF_WITHIN) * complete[0].value]
-    return [Variant.from_name(n) for n in dict.fromkeys(names)][:PLAYOFF_MOST] if complete else []
+    return [Variant.from_name(n) for n in dict.fromkeys(names)][:PLAYOFF_MOST]
 
 
 def pick(study, bucket: Bucket, measurer: Measurer, log=print) -> Variant | None:
