@@ -65,6 +65,23 @@ def test_a_row_blocks_candidates_cover_more_than_either_row_and_at_most_both():
     assert 0 < larger < both <= 2 * larger
 
 
+def test_the_two_ways_of_rescoring_a_block_are_costed_from_its_candidates():
+    """rescoring_shares: a row at a time costs each row's candidates at the pair cost over the block's
+    scan (rows x keys pairs); the union costs a scan's key for each of its keys, for every row of the
+    block. Two rows with the same candidates: both ways cost the same at one pair a candidate; with
+    disjoint ones the union costs twice as much (each key is scored for a row that did not ask)."""
+    from tools.half_gate import rescoring_shares
+
+    same = torch.zeros(2, 100, dtype=torch.bool)
+    same[:, :10] = True
+    assert rescoring_shares(same, 1.0) == pytest.approx((0.1, 0.1))
+    assert rescoring_shares(same, 2.0) == pytest.approx((0.2, 0.1))
+    apart = torch.zeros(2, 100, dtype=torch.bool)
+    apart[0, :10] = True
+    apart[1, 10:20] = True
+    assert rescoring_shares(apart, 1.0) == pytest.approx((0.1, 0.2))
+
+
 @pytest.mark.parametrize("weight_scale", [2.0 ** 12, 2.0 ** -20])
 def test_the_fp16_sums_stay_in_range_whatever_the_weights(weight_scale):
     """The weights take a power of two a row before the fp16 chains (chain_scale): weights 4,096x the

@@ -220,9 +220,26 @@ def linear_column(q_scaled: torch.Tensor, w_gate: torch.Tensor, k: torch.Tensor,
     return value, over_keys(c, k, kind) * (1 + U) + 2.0 ** -24 * value.abs()
 
 
+# What one candidate's exact score cost scored a row at a time, in (row, key) pairs of the shipped
+# fused kernel's scan: tools/rescore.py on the H200 (BENCHMARKS.md, "Past the epilogue: scoring a
+# gate's candidates exactly, a row at a time": 1.95-2.0 at H = 64, 2.69 at H = 32 with 8 CTAs an SM).
+PAIR_COST = {32: 2.7, 64: 2.0}
+
+
+def rescoring_shares(candidates: torch.Tensor, pair_cost: float) -> tuple[float, float]:
+    """The two ways of scoring a row block's candidates (bool [block rows, keys]) exactly, each as a
+    share of the block's scan (a key of the scan costs one pair a row of the block): a row at a time,
+    every row's candidates at pair_cost pairs each; or the union of the block's candidates gathered into
+    tiles and multiplied with the whole query tile as the scan multiplies its keys (a key of the union
+    costs what a key of the scan does, and every row's exact scores come out as the scan's would)."""
+    rows, keys = candidates.shape
+    row_at_a_time = float(candidates.double().sum()) * pair_cost / (rows * keys)
+    return row_at_a_time, float(candidates.any(0).double().mean())
+
+
 def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int = 64, seed: int = 0,
           accumulate: str = "fp32", full_range: bool = False, bound: str = "key", block_rows: int = 1,
-          relu: str = "max", threshold: str = "exact") -> dict:
+          relu: str = "max", threshold: str = "exact", pair_cost: float | None = None) -> dict:
     """The gate over `rows` rows of a workload family (each row over every key: a long chunk's last
     rows), against the exact top_k of each row; accumulate: how the tensor core sums the products
     (fp32, then rounded to fp16 for the gate; or fp16). full_range: the data quantized as a server's
@@ -234,7 +251,10 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
     from two product columns a row: linear_column). threshold: the T keys are gated against, "exact" (the
     row's exact k-th score: the least any gate passes) or "lower" (the k-th largest lower bound, gate -
     bound: what a kernel knows that selects on the fp16 bounds before it scores any key exactly; at most
-    the exact k-th, since every key's lower bound is at most its exact score)."""
+    the exact k-th, since every key's lower bound is at most its exact score). pair_cost: what scoring one
+    candidate exactly a row at a time costs, in (row, key) pairs of today's scan (default PAIR_COST's
+    measurement for these heads); with block_rows, each block's two ways of scoring its candidates are
+    set side by side as shares of its scan (rescoring_shares)."""
     from generator.workloads import make_workload
 
     wl = make_workload(family, rows, keys, heads, top_k, seed=seed)
@@ -273,12 +293,14 @@ def study(family: str, keys: int, heads: int, top_k: int, rows: int, length: int
         worst = max(worst, float(((gate - exact).abs() / margin.clamp(min=1e-300)).max()))
         outside += g["outside"]
     ratios.sort()
-    unions = sorted(float(torch.stack(candidates[b:b + block_rows]).any(0).double().mean())
-                    for b in range(0, rows - block_rows + 1, block_rows))
+    blocks = [torch.stack(candidates[b:b + block_rows]) for b in range(0, rows - block_rows + 1, block_rows)]
+    unions = sorted(float(c.any(0).double().mean()) for c in blocks)
+    row_costs = sorted(rescoring_shares(c, PAIR_COST[heads] if pair_cost is None else pair_cost)[0] for c in blocks)
     return {"family": family, "keys": keys, "heads": heads, "top_k": top_k, "rows": rows, "chain": length,
             "accumulate": accumulate, "full_range": full_range, "bound": bound, "block_rows": block_rows, "relu": relu,
             "threshold": threshold,
             "union_share": unions[len(unions) // 2] if unions else None,
+            "row_at_a_time_share": row_costs[len(row_costs) // 2] if row_costs else None,
             "median_ratio": ratios[len(ratios) // 2] if ratios else None, "worst_ratio": ratios[-1] if ratios else None,
             "tied_rows": tied, "worst_error_over_bound": worst, "keys_outside_fp16": outside / rows,
             "products_outside_fp16_unscaled": sum(unscaled_outside) / rows}
@@ -307,13 +329,15 @@ def main() -> int:
     p.add_argument("--relu", choices=("max", "linear"), default="max",
                    help="with --accumulate fp16: relu by HMNMX2 (max), or by its identity w relu(x) = (w x + w |x|) / 2 "
                         "(linear: HFMA2 with |x|, the linear half from two product columns a row)")
+    p.add_argument("--pair-cost", type=float,
+                   help="with --block-rows: scan pairs one candidate costs scored a row at a time (default: measured, PAIR_COST)")
     args = p.parse_args()
     if (args.bound != "key" or args.relu != "max") and args.accumulate != "fp16":
         p.error("--bound and --relu need --accumulate fp16")
     for family in args.family or ["random", "signed_weights", "peaked"]:
         s = study(family, args.keys, args.heads, args.top_k, args.rows, args.chain, accumulate=args.accumulate,
                   full_range=args.full_range, bound=args.bound, block_rows=args.block_rows, relu=args.relu,
-                  threshold=args.threshold)
+                  threshold=args.threshold, pair_cost=args.pair_cost)
         ratios = ("no row without ties" if s["median_ratio"] is None else
                   f"{s['median_ratio']:.3f}x the keys at or above the k-th score (median over rows), {s['worst_ratio']:.3f}x at worst")
         data = (f"{', full range' if s['full_range'] else ''}, {s['bound']} bound{', relu by its identity' if s['relu'] == 'linear' else ''}"
@@ -325,7 +349,11 @@ def main() -> int:
               + (f" ({100 * s['products_outside_fp16_unscaled']:.0f}% of the products before the gate's scaling)"
                  if s["full_range"] else "")
               + (f"; candidates of any of {args.block_rows} rows: {100 * s['union_share']:.1f}% of the keys (median over blocks)"
-                 if args.block_rows > 1 and s["union_share"] is not None else ""), flush=True)
+                 if args.block_rows > 1 and s["union_share"] is not None else "")
+              + (f"; scored exactly a row at a time (at {args.pair_cost or PAIR_COST[s['heads']]} scan pairs a candidate) "
+                 f"they would cost {100 * s['row_at_a_time_share']:.1f}% of the scan (median over blocks), their union "
+                 f"scored as the scan scores keys the share above"
+                 if args.block_rows > 1 and s["row_at_a_time_share"] is not None else ""), flush=True)
     return 0
 
 
