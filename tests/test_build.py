@@ -341,14 +341,15 @@ def _sass_tool():
 @requires_nvcc
 def test_the_tensor_core_probes_compile():
     """tools/accumulation.py and tools/rescore.py compile their probes (tools/mma_probe.cu,
-    tools/wgmma_probe.cu, tools/rescore_probe.cu, tools/rescore_wide_probe.cu) on the GPU machine, where a compile error costs device
-    time: they compile here, and export what the tools call."""
+    tools/wgmma_probe.cu, tools/rescore_probe.cu, tools/rescore_wide_probe.cu, tools/rescore_union_probe.cu) on the GPU
+    machine, where a compile error costs device time: they compile here, and export what the tools call."""
     from tools import accumulation, rescore
 
     mma, wgmma = accumulation.probe_library(), accumulation.wgmma_library()
     assert mma.mma_probe and mma.mma_probe_f16 and wgmma.wgmma_probe_f16 and wgmma.wgmma_rate
-    for heads in (32, 64):  # (tools/rescore.py's probe, over wgmma.cuh.j2 rendered for N = heads)
-        assert rescore.rescore_library(heads).rescore
+    for heads in (32, 64):  # (tools/rescore.py's probe, over wgmma.cuh.j2 rendered for N = heads; the union
+        assert rescore.rescore_library(heads).rescore  # probe's for N = 128, a block of 128 / heads rows)
+        assert rescore.union_library(heads).rescore_union_rows() == 128 // heads
     assert rescore.wide_library().rescore_wide
 
 

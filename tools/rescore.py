@@ -11,7 +11,12 @@ at a time beside the products, the exact fp32 epilogue; either each 64 in turn (
 (`products only`: no scores, what the rest costs), or in turn 256 at a time, four products a barrier
 (`4 a barrier`); and at H = 64 the operands the other way round (`wide`, tools/rescore_wide_probe.cu:
 the query as A, 256 candidates as B, one m64n256k32 product a chunk, the head sum across lanes and
-warps). Each configuration is first verified against
+warps). And a row block's candidates scored as today's scan scores its keys (`union`, `union, 2 a
+barrier`: tools/rescore_union_probe.cu): a block of 128 / H rows, its whole query tile, one list of keys
+a block (the union of its rows' candidates, in an fp16-gated scan), every row's score of every key of
+it; its lists are drawn a block at a time, so its "candidate" is a (row, key) pair of a block's list,
+and its cost in scan pairs says what a key of the union costs beside a key of the scan, per row.
+Each configuration is first verified against
 float64 scores over the tensor core's own dot products (generator.tensor_core; outputs poisoned with NaN
 before the run; the check is shown to reject a wrong list), then timed (median of 20 after warm-up).
 Candidate lists: `sorted` (random keys, ascending: what a scan appends), `contiguous` (consecutive
@@ -54,6 +59,15 @@ def rescore_library(heads: int) -> ctypes.CDLL:
     lib = compile_probe("rescore_probe.cu", ("90a",), (f"-DHEADS={heads}", wgmma_header(heads)))
     lib.rescore.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
     assert lib.rescore_heads() == heads
+    return lib
+
+
+def union_library(heads: int) -> ctypes.CDLL:
+    """tools/rescore_union_probe.cu (a block of 128 / heads rows, the scan's tile), compiled for sm_90a
+    and `heads`, over wgmma.cuh.j2 rendered for N = 128."""
+    lib = compile_probe("rescore_union_probe.cu", ("90a",), (f"-DHEADS={heads}", wgmma_header(128)))
+    lib.rescore_union.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+    assert lib.rescore_union_rows() == 128 // heads
     return lib
 
 
@@ -100,18 +114,23 @@ def worst_error(out, exact, magnitude) -> float:
     return float(((out.double() - exact).abs() / (magnitude * 2.0**-24).clamp(min=1e-300)).max())
 
 
-# The probe's kernels: rescore_probe.cu's `mode` 0-3, then rescore_wide_probe.cu's (H = 64 only).
-MODES = ("in turn", "overlapped", "products only", "4 a barrier", "wide")
+# The probe's kernels: rescore_probe.cu's `mode` 0-3, rescore_wide_probe.cu's (H = 64 only), then
+# rescore_union_probe.cu's (a chunk, or two, a barrier).
+MODES = ("in turn", "overlapped", "products only", "4 a barrier", "wide", "union", "union, 2 a barrier")
+UNION_SUB = {"union": 1, "union, 2 a barrier": 2}
 
 
 def run_probe(libs: dict, q, k_fp8, k_scale, weights, lists, ctas: int, mode: int) -> torch.Tensor:
-    """One launch of kernel MODES[mode] (libs: "rows", rescore_library's; "wide", wide_library's) over a
-    NaN-poisoned output."""
+    """One launch of kernel MODES[mode] (libs: "rows", rescore_library's; "wide", wide_library's;
+    "union", union_library's, whose blocks' rows must share their lists) over a NaN-poisoned output."""
     out = torch.full(lists.shape, float("nan"), device="cuda")
-    ptrs = (q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), lists.data_ptr(), out.data_ptr(),
+    union = MODES[mode] in UNION_SUB
+    given = lists[::libs["union"].rescore_union_rows()].contiguous() if union else lists  # (a list a block)
+    ptrs = (q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), given.data_ptr(), out.data_ptr(),
             lists.shape[0], lists.shape[1], ctas)
     stream = torch.cuda.current_stream().cuda_stream
     err = (libs["wide"].rescore_wide(*ptrs, stream) if MODES[mode] == "wide" else
+           libs["union"].rescore_union(*ptrs, UNION_SUB[MODES[mode]], stream) if union else
            libs["rows"].rescore(*ptrs, mode, stream))
     assert err == 0, f"launch: {err}"
     return out
@@ -151,6 +170,8 @@ def main(argv=None) -> int:
         return 2
     if args.candidates % (4 * TILE_KEYS):
         raise SystemExit(f"--candidates {args.candidates}: must be a multiple of {4 * TILE_KEYS}")
+    if args.rows % 4:
+        raise SystemExit(f"--rows {args.rows}: must be a multiple of 4 (the union kernels' blocks)")
     from generator.tensor_core import wgmma_dots
     from generator.timing import median_ms, scaled_mm_tflops, scoring_tflops
     from runtime.variant import Variant
@@ -166,7 +187,8 @@ def main(argv=None) -> int:
               flush=True)
     rows_out = []
     for heads in args.heads or [32, 64]:
-        libs = {"rows": rescore_library(heads), **({"wide": wide_library()} if heads == 64 else {})}
+        libs = {"rows": rescore_library(heads), "union": union_library(heads),
+                **({"wide": wide_library()} if heads == 64 else {})}
         modes = [m for m in range(len(MODES)) if MODES[m] != "wide" or heads == 64]
         gen = torch.Generator(device="cuda")
         gen.manual_seed(heads)
@@ -174,10 +196,14 @@ def main(argv=None) -> int:
         k_fp8 = torch.randn(args.keys, 128, generator=gen, device="cuda").to(torch.float8_e4m3fn)
         k_scale = 0.75 + 0.5 * torch.rand(args.keys, generator=gen, device="cuda")
         weights = torch.randn(args.rows, heads, generator=gen, device="cuda")
+        block_rows = 128 // heads
         for kind in args.lists or ["sorted", "repeated"]:
-            lists = candidate_lists(args.rows, args.candidates, args.keys, kind, gen)
+            row_lists = candidate_lists(args.rows, args.candidates, args.keys, kind, gen)
+            block_lists = candidate_lists(args.rows // block_rows, args.candidates, args.keys, kind, gen)
+            block_lists = block_lists.repeat_interleave(block_rows, dim=0)  # (a block's rows share its list)
             for per_sm, mode in itertools.product(args.ctas_per_sm or [4, 8], modes):
                 ctas = per_sm * sms
+                lists = block_lists if MODES[mode] in UNION_SUB else row_lists
                 out = run_probe(libs, q, k_fp8, k_scale, weights, lists, ctas, mode)
                 torch.cuda.synchronize()
                 ok, error, exact_error = bool(torch.isfinite(out).all()), None, None
@@ -202,7 +228,8 @@ def main(argv=None) -> int:
                     row["fused"] = fused[heads]
                     row["candidate_cost_in_scan_pairs"] = fused[heads]["tflops"] / tflops
                 rows_out.append(row)
-                extra = (f", a candidate = {row['candidate_cost_in_scan_pairs']:.2f} pairs of {fused[heads]['variant']}"
+                what = "a (row, key) pair of a block's list" if MODES[mode] in UNION_SUB else "a candidate"
+                extra = (f", {what} = {row['candidate_cost_in_scan_pairs']:.2f} pairs of {fused[heads]['variant']}"
                          if heads in fused else "")
                 checked = ("" if error is None else
                            f", error {error:.1f} half-ulps of the wgmma model ({exact_error:.0f} of exact)")

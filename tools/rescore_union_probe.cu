@@ -1,0 +1,128 @@
+// The exact rescoring of an fp16 gate's candidates done as today's scan does its keys (tools/rescore.py's
+// `union` kernels; docs/fp16-gate.md, "Left open", the fourth lever): a CTA (one warpgroup) takes a row
+// block of kRows = 128 / H rows (the gated kernel's blocks at H = 64 and 32), its query tile of
+// kRows x H (row, head) columns in sm90::LaneTotals' column order (as sm90_host::query_map's TMA box
+// lays it), and the block's list of candidate keys (the union of its rows' candidates), gathered 64 at a
+// time (cp.async into the 128-byte swizzle) and multiplied with the whole tile: m64n128k32, four
+// k-steps, then the scan's exact epilogue (sm90::row_sums<kRows, H>), every row's score of every key of
+// the list. A key of the list costs what a key of today's scan costs (one product column of the tile,
+// the same epilogue) where the gather keeps up: that is what it measures, beside the row-at-a-time
+// kernels of tools/rescore_probe.cu. The head sums run in today's order, so the scores are the scan's.
+// kSub chunks a barrier: their kSub products issued as one group, reduced after one wait.
+//
+// Compiled with -DHEADS=32|64 and -DWGMMA_HEADER naming templates/common/wgmma.cuh.j2 rendered for N = 128.
+#include "rescore_gather.cuh"
+#include WGMMA_HEADER
+
+namespace {
+constexpr int kHeads = HEADS;
+constexpr int kRows = 128 / kHeads;        // rows a block: kRows x kHeads = 128 columns (wgmma N)
+constexpr int kColumns = kRows * kHeads;
+constexpr int kTileKeys = 64;              // keys a product (wgmma M)
+constexpr int kQueryBytes = kColumns * 128;
+constexpr int kTileBytes = kTileKeys * 128;
+constexpr int kThreads = 128;
+using Lane = sm90::LaneTotals<kRows>;
+
+using namespace gather;
+
+// The block's query tile: column n = 2c + e holds row c % kRows, head 2 (c / kRows) + e (LaneTotals'
+// order), each column its 128 bytes, by `threads` threads (cp.async; the caller commits).
+__device__ __forceinline__ void load_block_query(uint8_t* query, const uint8_t* q, int row0) {
+    for (int i = threadIdx.x; i < kColumns * 8; i += kThreads) {
+        const int n = i / 8, c = n / 2, row = row0 + c % kRows, head = 2 * (c / kRows) + n % 2;
+        cp_async_16(query + swizzled(n, 16 * (i % 8)), q + (size_t(row) * kHeads + head) * 128 + 16 * (i % 8));
+    }
+}
+
+// Keys [0, 64) of `list` into `tile` and their scales into `scales`.
+__device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const uint8_t* k, const float* k_scale,
+                                            const int* list) {
+#pragma unroll
+    for (int j = 0; j < kTileKeys * 8 / kThreads; ++j) {  // 16-byte pieces: key i's piece p
+        const int i = (threadIdx.x + kThreads * j) / 8, p = (threadIdx.x + kThreads * j) % 8;
+        cp_async_16(tile + swizzled(i, 16 * p), k + size_t(list[i]) * 128 + 16 * p);
+    }
+    if (threadIdx.x < kTileKeys) cp_async_4(scales + threadIdx.x, k_scale + list[threadIdx.x]);
+}
+
+// out[row0 + r, j] = k_scale[c] * sum_h w[row0 + r, h] relu(q[row0 + r, h] . k[c]) for every row r of
+// block b (rows row0 = b kRows ..) and c = candidates[b, j], j < per_row (a multiple of kSub x 64): the
+// block's list scored for each of its rows.
+template <int kSub>
+__global__ void __launch_bounds__(kThreads) rescore_union_kernel(const uint8_t* q, const uint8_t* k, const float* k_scale,
+                                                                const float* weights, const int* candidates, float* out,
+                                                                int rows, int per_row) {
+    constexpr int kChunkKeys = kSub * kTileKeys;
+    extern __shared__ uint8_t dynamic_smem[];
+    uint8_t* query = sm90::aligned_shared_base(dynamic_smem);
+    uint8_t* tiles = query + kQueryBytes;                                      // [2][kSub][64 x 128]
+    float* scales = reinterpret_cast<float*>(tiles + 2 * kSub * kTileBytes);  // [2][kChunkKeys]
+    const uint32_t query_start = sm90::kmajor_sw128_start(query), tiles_start = sm90::kmajor_sw128_start(tiles);
+    const int chunks = per_row / kChunkKeys, blocks = rows / kRows;
+    const int quad_key = 16 * (threadIdx.x / 32) + (threadIdx.x % 32) / 4;  // key g of the lane's quad in a tile
+    float acc[kSub][kColumns / 2];
+    float w[kColumns / 8][2];
+    for (int block = blockIdx.x; block < blocks; block += gridDim.x) {
+        const int row0 = block * kRows;
+        __syncthreads();  // the previous block's products have read the query tile and the buffers
+        load_block_query(query, q, row0);
+        const int* list = candidates + size_t(block) * per_row;
+        sm90::load_lane_weights<kRows, kHeads>(w, weights, row0, rows);
+        auto gather_chunk = [&](int c) {
+            const int buf = c & 1;
+#pragma unroll
+            for (int s = 0; s < kSub; ++s)
+                gather_tile(tiles + (buf * kSub + s) * kTileBytes, scales + buf * kChunkKeys + s * kTileKeys, k, k_scale,
+                            list + c * kChunkKeys + s * kTileKeys);
+            cp_async_commit();
+        };
+        gather_chunk(0);  // (with the query: one group)
+        if (chunks > 1) gather_chunk(1);
+        for (int c = 0; c < chunks; ++c) {
+            const int buf = c & 1;
+            chunk_landed(c + 1 < chunks);
+#pragma unroll
+            for (int s = 0; s < kSub; ++s)
+                sm90::wgmma_keys_queries(acc[s], tiles_start + (buf * kSub + s) * (kTileBytes / 16), query_start);
+            sm90::wgmma_wait<0>();
+#pragma unroll
+            for (int s = 0; s < kSub; ++s) {
+                float v[Lane::kCount];
+                sm90::row_sums<kRows, kHeads>(acc[s], w, v);
+                if (Lane::holds()) {
+#pragma unroll
+                    for (int m = 0; m < Lane::kCount; ++m) {
+                        const int key = quad_key + Lane::key_offset(Lane::key_slot(m));
+                        const int row = row0 + Lane::row(Lane::row_slot(m));
+                        out[size_t(row) * per_row + c * kChunkKeys + s * kTileKeys + key] =
+                            v[m] * scales[buf * kChunkKeys + s * kTileKeys + key];
+                    }
+                }
+            }
+            __syncthreads();  // every lane has read this buffer's scales and the products its keys
+            if (c + 2 < chunks) gather_chunk(c + 2);
+        }
+    }
+}
+
+template <int kSub>
+constexpr int kSmemBytes = 1024 + kQueryBytes + 2 * kSub * kTileBytes + 2 * kSub * kTileKeys * 4;
+}  // namespace
+
+// sub: chunks of 64 keys a barrier, 1 or 2. rows: a multiple of the block's rows; candidates
+// [rows / block rows, per_row].
+extern "C" int rescore_union(const void* q, const void* k, const float* k_scale, const float* weights,
+                             const int* candidates, float* out, int rows, int per_row, int ctas, int sub, void* stream) {
+    if (rows % kRows || per_row % (sub * kTileKeys) || (sub != 1 && sub != 2)) return -1;
+    const auto launch = [&](auto kernel, int smem) {
+        const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (set != cudaSuccess) return static_cast<int>(set);
+        kernel<<<ctas, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const uint8_t*>(q), static_cast<const uint8_t*>(k), k_scale, weights, candidates, out, rows, per_row);
+        return static_cast<int>(cudaGetLastError());
+    };
+    return sub == 1 ? launch(rescore_union_kernel<1>, kSmemBytes<1>) : launch(rescore_union_kernel<2>, kSmemBytes<2>);
+}
+
+extern "C" int rescore_union_rows() { return kRows; }
