@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .data import data_dir
 
@@ -26,31 +26,48 @@ PAGED_TEMPLATE_PREFIX = "paged_"  # templates/paged_*.j2: the paged decode kerne
 PAGED_KERNEL_MODULES = ("arch.py", "variant.py", "paged_variant.py", "render.py")
 
 
-def _digest(templates_kept, modules: tuple[str, ...]) -> str:
+def digest_of(templates: dict[str, bytes], modules: dict[str, bytes]) -> str:
+    """16 hex digits of sha256 over template files (path relative to templates/ -> bytes, taken in path
+    order) and modules (file name -> bytes, in the order given): what the digests below hash, from the
+    checkout's files or from a revision's (tools/restamp_table.py checks a base against a table)."""
     h = hashlib.sha256()
-    templates = data_dir("templates")
-    files = sorted(p for p in templates.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                   and templates_kept(p.relative_to(templates)))
-    for path in files:
-        h.update(str(path.relative_to(templates)).encode() + b"\0" + path.read_bytes() + b"\0")
-    package = Path(__file__).resolve().parent
-    for name in modules:
-        h.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+    for rel in sorted(templates, key=lambda r: PurePosixPath(r).parts):
+        h.update(rel.encode() + b"\0" + templates[rel] + b"\0")
+    for name, content in modules.items():
+        h.update(name.encode() + b"\0" + content + b"\0")
     return h.hexdigest()[:16]
+
+
+def prefill_template(rel: PurePosixPath) -> bool:
+    """Whether a template (its path relative to templates/) is the prefill kernels' (or shared)."""
+    return not rel.name.startswith(PAGED_TEMPLATE_PREFIX)
+
+
+def paged_template(rel: PurePosixPath) -> bool:
+    """Whether a template is the paged decode kernel's (or a shared header)."""
+    return rel.parts[0] == "common" or rel.name.startswith(PAGED_TEMPLATE_PREFIX)
+
+
+def _digest(templates_kept, modules: tuple[str, ...]) -> str:
+    templates = data_dir("templates")
+    files = {p.relative_to(templates).as_posix(): p for p in templates.rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    package = Path(__file__).resolve().parent
+    return digest_of({rel: path.read_bytes() for rel, path in files.items() if templates_kept(PurePosixPath(rel))},
+                     {name: (package / name).read_bytes() for name in modules})
 
 
 @lru_cache(maxsize=1)
 def code_digest() -> str:
     """16 hex digits of sha256 over the prefill kernels' templates (all but the paged ones) and
     KERNEL_MODULES (file names and bytes)."""
-    return _digest(lambda rel: not rel.name.startswith(PAGED_TEMPLATE_PREFIX), KERNEL_MODULES)
+    return _digest(prefill_template, KERNEL_MODULES)
 
 
 @lru_cache(maxsize=1)
 def paged_code_digest() -> str:
     """The same over the paged decode kernel's: the shared headers, its templates, PAGED_KERNEL_MODULES."""
-    return _digest(lambda rel: rel.parts[0] == "common" or rel.name.startswith(PAGED_TEMPLATE_PREFIX),
-                   PAGED_KERNEL_MODULES)
+    return _digest(paged_template, PAGED_KERNEL_MODULES)
 
 
 def code_digest_of(variant) -> str:

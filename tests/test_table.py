@@ -192,6 +192,22 @@ def test_shipped_tables_name_valid_variants_of_their_arch():
             assert e.fused_ms > 0 and e.dense_ms > 0
 
 
+def test_the_shipped_tables_are_for_this_kernel_code():
+    """Every shipped entry was timed on (or re-stamped to) this checkout's kernel code. A change that
+    moves a digest (a template, or a module that renders them) leaves the runtime distrusting the
+    prefill table's close calls and ignoring the decode table whole, on the GPU only, where no CI runs:
+    7453c54's addition to runtime/render.py did so, unseen, until the tables were re-stamped at
+    4f9a242's code. Re-stamp with tools/restamp_table.py where the kernels did not move, else re-time."""
+    from runtime.decode_table import DECODE_FOLDER, decode_code
+    from runtime.kernel_code import code_digest
+
+    for path in sorted(SHIPPED_TABLE_DIR.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert {e["code"] for e in data["entries"]} | {data["code"]} == {code_digest()}, path.name
+    for path in sorted((SHIPPED_TABLE_DIR / DECODE_FOLDER).glob("*.json")):
+        assert json.loads(path.read_text())["code"] == decode_code(), path.name
+
+
 def test_decide_says_which_table_bucket_and_variant_and_why(tmp_path, monkeypatch):
     import runtime.dispatch as dispatch
 

@@ -32,12 +32,14 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 from generator.tune import note_in_history  # noqa: E402
 from runtime.build import BASE_NVCC_FLAGS, spec_from_name  # noqa: E402
@@ -45,6 +47,37 @@ from runtime.kernel_code import code_digest  # noqa: E402
 from runtime.render import render  # noqa: E402
 from runtime.table import SHIPPED_TABLE_DIR  # noqa: E402
 from tools.compare_sass import base_sources, compare  # noqa: E402
+
+def digests_at(rev: str) -> tuple[str, str]:
+    """(prefill, paged) code digests of revision `rev` (runtime/kernel_code.py's, from its files in git)."""
+    from pathlib import PurePosixPath
+
+    from runtime import kernel_code
+
+    def show(path: str) -> bytes:
+        return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], capture_output=True, check=True).stdout
+
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-tree", "-r", "--name-only", rev, "templates"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    templates = {path[len("templates/"):]: path for path in listed}
+
+    def digest(kept, modules) -> str:
+        return kernel_code.digest_of({rel: show(path) for rel, path in templates.items() if kept(PurePosixPath(rel))},
+                                     {name: show(f"runtime/{name}") for name in modules})
+
+    return (digest(kernel_code.prefill_template, kernel_code.KERNEL_MODULES),
+            digest(kernel_code.paged_template, kernel_code.PAGED_KERNEL_MODULES))
+
+
+def timed_at(base_rev: str, recorded: set[str], digest_at_base: str, remedy: str) -> bool:
+    """Whether the entries' recorded code is `base_rev`'s: a base with other code than the one the
+    entries were timed on would carry them over changes it never saw. Says why not."""
+    if recorded == {digest_at_base}:
+        return True
+    print(f"refused: the entries record code {sorted(recorded)}, and {base_rev}'s is {digest_at_base}: name the revision "
+          f"they were timed on (or re-stamped to) as --base, or re-time with {remedy}.")
+    return False
+
 
 def code_lines(source: str) -> list[str]:
     """A rendered source without its comments and blank lines (what the compiler sees, near enough)."""
@@ -86,6 +119,9 @@ def restamp_decode(base_rev: str, path: Path, sass_jobs: int) -> int:
     from runtime.decode_table import decode_code
 
     data = json.loads(path.read_text())
+    prefill, paged = digests_at(base_rev)
+    if not timed_at(base_rev, {data.get("code")}, f"{paged}.{prefill}", "`python -m generator decode --tune`"):
+        return 1
     entries = data["entries"]
     names = decode_variants(sorted({e["heads"] for e in entries}), sorted({e["top_k"] for e in entries}),
                             sorted({e["next_n"] for e in entries}))
@@ -118,6 +154,8 @@ def main() -> int:
     data = json.loads(args.table.read_text())
     names = sorted({e["variant"] for e in data["entries"]} | {v.name for v in shipped_dense_variants()})
     old_codes = {e.get("code") for e in data["entries"]}
+    if not timed_at(args.base, old_codes, digests_at(args.base)[0], "`python -m generator tune --refresh`"):
+        return 1
     same = shown_unchanged(args.base, names, "`python -m generator tune --refresh`", sass_jobs)
     if same is None:
         return 1
