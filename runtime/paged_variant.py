@@ -2,7 +2,9 @@
 
 Name: paged_topk_wgmma_sm90a_h64_k2048_n2_p64_w8_s4_b4096 = arch, heads, top_k, the query rows a
 request has each step (next_n), cache block size, math warps (4 per warpgroup, 64 keys each a
-tile), K stages, candidate buffer per row. It parses back (PagedVariant.from_name).
+tile), K stages, candidate buffer per row; then `_q1` where the queries have one ring stage instead of
+two, and `_c128` (or `_c256`) where a product takes that many (row, head) columns instead of 64. It
+parses back (PagedVariant.from_name).
 """
 
 from __future__ import annotations
@@ -35,18 +37,21 @@ class PagedVariant:
     warps: int  # math warps, 4 per warpgroup (a producer warpgroup is added)
     stages: int
     buffer: int
+    q_stages: int = 2  # query tiles in flight: the next work item's loads during this one's scan
+    columns: int = 64  # (row, head) columns a product and its head sum take (the template's kColumns)
 
     template = "paged_mqa_topk_wgmma.cu.j2"
     kernels = ("paged_mqa_topk_kernel",)
     _PATTERN = re.compile(
         r"^paged_topk_wgmma_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_n(?P<next_n>\d+)_p(?P<block_size>\d+)"
-        r"_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)$"
+        r"_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_q(?P<q_stages>\d+))?(?:_c(?P<columns>\d+))?$"
     )
 
     @cached_property
     def name(self) -> str:
         return (f"paged_topk_wgmma_{self.arch}_h{self.heads}_k{self.top_k}_n{self.next_n}_p{self.block_size}"
-                f"_w{self.warps}_s{self.stages}_b{self.buffer}")
+                f"_w{self.warps}_s{self.stages}_b{self.buffer}" + (f"_q{self.q_stages}" if self.q_stages != 2 else "")
+                + (f"_c{self.columns}" if self.columns != 64 else ""))
 
     @classmethod
     def from_name(cls, name: str) -> PagedVariant:
@@ -78,14 +83,14 @@ class PagedVariant:
 
     def smem_bytes(self) -> int:
         """The template's kSmemBytes (pipeline::SpaceAgrees: a wrong sum here fails the build)."""
-        q_ring = 2 * self.rows * self.heads * DIM
+        q_ring = self.q_stages * self.rows * self.heads * DIM
         k_ring = self.stages * self.key_tile * CACHE_BYTES_PER_KEY
         candidates = self.next_n * self.buffer * 8
         # rank_select's three histograms, two sets of largest and smallest a warp, a kept count a warp, base (16-byte aligned); the
         # select scratch; counts, item per Q stage, merge flag, count and floor
         radix = -(-(3 * 256 * 4 + 20 * self.warps + 4) // 16) * 16
-        state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + 5 * 4) // 16) * 16
-        return (q_ring + k_ring + candidates + state + 7) // 8 * 8 + 8 * 2 * (2 + self.stages) + 1024
+        state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + (self.q_stages + 3) * 4) // 16) * 16
+        return (q_ring + k_ring + candidates + state + 7) // 8 * 8 + 8 * 2 * (self.q_stages + self.stages) + 1024
 
     def invalid_reason(self) -> str | None:
         """Why this point cannot be compiled or run, or None."""
@@ -95,19 +100,23 @@ class PagedVariant:
             return f"next_n {self.next_n} not in {SUPPORTED_NEXT_N}"
         if self.heads % 8 or self.rows * self.heads > 256:
             return f"{self.rows} rows x {self.heads} heads is no wgmma N"
+        if self.columns not in (64, 128, 256) or self.rows * self.heads % self.columns:
+            return f"products of {self.columns} columns do not cut {self.rows} rows x {self.heads} heads"
         if self.block_size % 64:
             return f"block_size {self.block_size} is not a multiple of 64"
         if self.warps not in (4, 8, 12, 16):
             return "one to four math warpgroups"
         if self.stages < 2:
             return "the ring needs two stages"
+        if self.q_stages not in (1, 2):
+            return f"{self.q_stages} query stages: one or two"
         if self.buffer < self.top_k + self.key_tile or self.buffer % (32 * self.warps) or self.top_k % (32 * self.warps):
             return (f"buffer {self.buffer} must hold top_k + a tile, and it and top_k {self.top_k} split evenly over "
                     f"the {32 * self.warps} math threads")
         if self.smem_bytes() > self.max_smem:
             return f"{self.smem_bytes()} bytes of shared memory, over {self.max_smem}"
-        # one group's 32 accumulators, every column's weights, the rest (the template's kGroups)
-        if 32 + self.rows * self.heads // 4 + 40 > self.math_registers:
+        # one group's accumulators, every column's weights, the rest (the template's kGroups)
+        if self.columns // 2 + self.rows * self.heads // 4 + 40 > self.math_registers:
             return "more registers than setmaxnreg can give the math warps"
         return None
 

@@ -171,6 +171,50 @@ def test_variant_names_parse_back_and_every_supported_shape_has_a_default():
     assert "wgmma" in PagedVariant("sm89", 64, 512, 1, 64, 8, 4, 2048).invalid_reason()
 
 
+def test_wider_products_name_themselves_and_need_the_registers_they_take():
+    """columns: the (row, head) columns a product takes. 64 (the defaults) keeps the names as they
+    were; wider groups add _c<columns>, must cut rows x heads whole, and take columns / 2 accumulators,
+    which four math warpgroups' 104 registers cannot hold beside the weights at next_n 2."""
+    from dataclasses import replace
+
+    default = default_paged_variant(64, 2048, 4, 64)
+    assert default.columns == 64 and "_c" not in default.name
+    wide = replace(default, columns=256)
+    assert wide.name.endswith("_b3072_c256") and PagedVariant.from_name(wide.name) == wide
+    assert wide.invalid_reason() is None
+    n2 = default_paged_variant(64, 2048, 2, 64)  # 2 rows x 64 heads: 128 columns
+    assert "do not cut" in replace(n2, columns=256).invalid_reason()
+    assert n2.warps == 16 and "registers" in replace(n2, columns=128).invalid_reason()
+    assert replace(n2, columns=128, warps=8).invalid_reason() is None
+
+
+def test_one_query_stage_leaves_its_bytes_to_the_candidate_buffers():
+    """q_stages 1 (_q1): the Q ring's second stage (rows x heads x 128 bytes) goes to the buffers: at
+    next_n 4 and 64 heads, 4,096 candidates a row fit where two stages held 3,072."""
+    from dataclasses import replace
+
+    default = default_paged_variant(64, 2048, 4, 64)
+    assert (default.q_stages, default.buffer) == (2, 3072) and "_q" not in default.name
+    assert replace(default, buffer=4096).invalid_reason().endswith("over 232448")
+    one = replace(default, q_stages=1, buffer=4096)
+    assert one.invalid_reason() is None and one.smem_bytes() <= default.smem_bytes()
+    assert one.name.endswith("_b4096_q1") and PagedVariant.from_name(one.name) == one
+    both = replace(one, columns=256)
+    assert both.name.endswith("_b4096_q1_c256") and PagedVariant.from_name(both.name) == both
+    assert "query stages" in replace(default, q_stages=3).invalid_reason()
+
+
+def test_compare_paged_builds_names_a_builds_variant_by_its_changed_fields():
+    from tools.compare_paged_builds import built
+
+    default = default_paged_variant(64, 2048, 2, 64)
+    assert built(default, "base", ".ablate") == (default, f".ablate/{default.name}/base.so")
+    wide, path = built(default, "new:columns=128,warps=8", ".ablate")
+    assert (wide.columns, wide.warps) == (128, 8) and path == f".ablate/{wide.name}/new.so"
+    with pytest.raises(SystemExit, match="registers"):
+        built(default, "new:columns=128", ".ablate")
+
+
 def test_parts_fill_the_gpu_only_where_the_table_holds_long_contexts():
     assert parts_per_request(1, 1 << 17, 2048, 132) == 15  # the merge's balance: about sqrt(capacity / top_k)
     assert parts_per_request(1, 1 << 17, 512, 132) == 30
@@ -305,3 +349,20 @@ def test_a_bench_step_at_fewer_heads_is_its_first_heads_over_the_same_cache():
     assert q.shape == (2, 2, 32, 128) and weights.shape == (4, 32) and q.is_contiguous() and weights.is_contiguous()
     assert cache is step[1] and torch.equal(weights, step[2][:, :32])
     assert torch.equal(q.view(torch.uint8), step[0].view(torch.uint8)[:, :, :32])
+
+
+def test_the_selection_model_counts_what_the_kernel_does_on_scores_it_can_predict():
+    """tools/paged_compactions.py: rising scores pass every threshold (every key appended, a compaction
+    each time the buffer would overflow); falling scores are all appended until the first compaction,
+    whose threshold no later key passes; a larger buffer compacts less."""
+    from tools.paged_compactions import selection_counts
+
+    rising = torch.arange(4096, dtype=torch.float32)[None]
+    c = selection_counts(rising, tile=128, top_k=512, buffer=1024)
+    assert c["appends_per_row"] == 4096 and c["compactions"] == (4096 - 1024) // 512 + 1
+    falling = rising.flip(1)
+    c = selection_counts(falling, tile=128, top_k=512, buffer=1024)
+    assert c["compactions"] == 1 and c["appends_per_row"] == 1024  # (the first eight tiles)
+    random = torch.rand(2, 65536, generator=torch.Generator().manual_seed(0))
+    small, large = (selection_counts(random, 128, 2048, b) for b in (3072, 4096))
+    assert large["compactions"] < small["compactions"] and large["checks"] < small["checks"]

@@ -5,9 +5,11 @@ request's blocks shuffled, block size 64) the default variant (runtime/paged_var
 as .ablate/<variant>/<BUILD>.so (`tools/ablate.py build VARIANT --as BUILD`, at the commit before
 the change and after it). With --dense, the dense kernels' paged build the runtime takes for the step
 instead (runtime.paged.dense_paged_build: its logits and top-k kernels, the step's layout given, as
-dispatch runs them with a layout), and --parts does not apply; a build named LABEL:rows=R is that
-build's variant with R rows a block (.ablate/<that variant>/LABEL.so), to time a change of the rows a
-step's build takes. Both builds run the step at the
+dispatch runs them with a layout), and --parts does not apply. A build named LABEL:FIELD=VALUE[,...]
+is LABEL's build of the step's variant with those fields changed (.ablate/<that variant>/LABEL.so):
+`new:rows=2` a dense build of two rows a block, `new:columns=128,warps=8` a paged variant whose
+products take 128 columns with two math warpgroups, to time a point of the space beside the default.
+Both builds run the step at the
 runtime's split (--parts: at each of these splits instead), and their answers must be the same bytes at every split (both are exact with
 one tie-break and one order; the scan's arithmetic is theirs alike); the last build's is also checked
 by the two-sided rule on up to 64 rows. Each build is captured once in a CUDA graph and its replays timed in rounds that alternate the builds (a single
@@ -73,7 +75,7 @@ def main() -> int:
                         flat_q = q.reshape(batch * next_n, heads, 128)
                     else:
                         variant = default_paged_variant(heads, top_k, next_n, cache.shape[1])
-                        libs = [PagedLibrary(variant, str(Path(args.out) / variant.name / f"{b}.so")) for b in args.build]
+                        libs = [PagedLibrary(*built(variant, b, args.out)) for b in args.build]
                     first = None  # the first split's answer: every split's must be the same bytes
                     for parts in [0] if args.dense else args.parts or [parts_for(batch, capacity, top_k, q.device)]:
                         outs, graphs = [], []
@@ -109,7 +111,8 @@ def main() -> int:
                         ratio = ms[args.build[-1]] / ms[args.build[0]]
                         ratios.append(ratio)
                         row = {"batch": batch, "context": context, "heads": heads, "top_k": top_k, "next_n": next_n,
-                               "variant": variant.name, "parts": parts, "ms": ms, "rounds": times,
+                               "variant": variant.name, "variants": {b: lib.variant.name for b, lib in zip(args.build, libs)},
+                               "parts": parts, "ms": ms, "rounds": times,
                                "same_bytes": same, "verified": report.ok, "ratio": ratio}
                         split = "dense path" if args.dense else f"parts {parts:>3}"
                         print(f"{batch:>4} x {context:>8} h{heads} k{top_k} n{next_n} {split}: "
@@ -131,15 +134,24 @@ def main() -> int:
     return 0
 
 
-def dense_build(variant, build: str, folder: str):
-    """The library of `build` (LABEL or LABEL:rows=R) for a step whose dense paged build is `variant`."""
+def built(variant, build: str, folder: str):
+    """(variant, library path) of `build` (LABEL, or LABEL:FIELD=VALUE[,FIELD=VALUE...]: `variant` with
+    those integer fields changed) for a step whose variant is `variant`."""
     from dataclasses import replace
 
+    label, _, changes = build.partition(":")
+    fields = dict(change.split("=") for change in changes.split(",")) if changes else {}
+    variant = replace(variant, **{name: int(value) for name, value in fields.items()})
+    if variant.invalid_reason():
+        raise SystemExit(f"{build}: {variant.name}: {variant.invalid_reason()}")
+    return variant, str(Path(folder) / variant.name / f"{label}.so")
+
+
+def dense_build(variant, build: str, folder: str):
+    """The library of `build` (built's forms) for a step whose dense paged build is `variant`."""
     from runtime.loader import DenseLibrary
 
-    label, _, rows = build.partition(":rows=")
-    variant = replace(variant, rows=int(rows)) if rows else variant
-    return DenseLibrary(variant, str(Path(folder) / variant.name / f"{label}.so"))
+    return DenseLibrary(*built(variant, build, folder))
 
 
 if __name__ == "__main__":
