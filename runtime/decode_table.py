@@ -9,7 +9,8 @@ then the shipped tuned_configs/decode/), plain data:
 `dense_ms` is the dense path as called with no layout (it lays the step out itself: a few small
 kernels), `dense_planned_ms` with the step's layout made once beforehand (runtime.decode_layout, as a
 server makes it once a step for every indexer layer). Entries timed on other kernel code than this
-package's are not used: a step then takes the paged kernel, as with no table.
+package's are not used: a step then takes the paged kernel, as with no table, and the first call that
+reads such a table warns once (the shipped table's going stale went unseen when it did not).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -93,8 +95,10 @@ def decode_table(key: str) -> DecodeTable:
 def _read(path: str, mtime: int, code: str) -> DecodeTable:
     data = json.loads(Path(path).read_text())
     if data.get("code") != code:
-        return DecodeTable(Path(path), (), f"{path} was timed on other kernel code ({data.get('code')}, this is {code}): "
-                                           "`python -m generator decode --tune` times this code's")
+        why = (f"{path} was timed on other kernel code ({data.get('code')}, this is {code}): "
+               "`python -m generator decode --tune` times this code's")
+        warnings.warn(f"{why}; until then every decode step takes the paged kernel", RuntimeWarning, stacklevel=2)
+        return DecodeTable(Path(path), (), why)
     fields = DecodeEntry.__dataclass_fields__
     entries = tuple(DecodeEntry(**{k: e[k] for k in fields if k in e}) for e in data.get("entries", []))
     return DecodeTable(Path(path), entries, str(path))
