@@ -28,6 +28,52 @@ __device__ __forceinline__ void chunk_landed(bool next_in_flight) {
     __syncthreads();
 }
 
+// Keys list[0, kTileKeys) into `tile` (kTileKeys rows of 128 bytes, swizzled) and their scales into
+// `scales`, by kThreads threads (cp.async, 16 bytes a copy; the caller commits).
+template <int kTileKeys, int kThreads>
+__device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const uint8_t* k, const float* k_scale,
+                                            const int* list) {
+    const int t = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < kTileKeys * 8 / kThreads; ++j) {  // 16-byte pieces: key i's piece p
+        const int i = (t + kThreads * j) / 8, p = (t + kThreads * j) % 8;
+        cp_async_16(tile + swizzled(i, 16 * p), k + size_t(list[i]) * 128 + 16 * p);
+    }
+    if (t < kTileKeys) cp_async_4(scales + t, k_scale + list[t]);
+}
+
+// A list walked kSub tiles of kTileKeys keys a chunk, two buffers (`tiles`: [2][kSub] tiles of
+// kTileBytes; `scales`: [2][kSub x kTileKeys]): chunk c is gathered two chunks ahead (chunk 0's copies
+// join the caller's uncommitted ones, its query's, in one group), landed, multiplied (products(buf, s)
+// issues tile s of buffer buf into accumulator set s; one wait for the kSub), reduced (reduce(c, buf,
+// s) reads set s), and its buffer freed by a barrier. Kernels of kSub products a barrier.
+template <int kSub, int kTileKeys, int kTileBytes, int kThreads, typename Products, typename Reduce>
+__device__ __forceinline__ void walk_chunks(uint8_t* tiles, float* scales, const uint8_t* k, const float* k_scale,
+                                            const int* list, int chunks, Products products, Reduce reduce) {
+    constexpr int kChunkKeys = kSub * kTileKeys;
+    auto gather_chunk = [&](int c) {
+        const int buf = c & 1;
+#pragma unroll
+        for (int s = 0; s < kSub; ++s)
+            gather_tile<kTileKeys, kThreads>(tiles + (buf * kSub + s) * kTileBytes, scales + buf * kChunkKeys + s * kTileKeys, k,
+                                             k_scale, list + c * kChunkKeys + s * kTileKeys);
+        cp_async_commit();
+    };
+    gather_chunk(0);
+    if (chunks > 1) gather_chunk(1);
+    for (int c = 0; c < chunks; ++c) {
+        const int buf = c & 1;
+        chunk_landed(c + 1 < chunks);
+#pragma unroll
+        for (int s = 0; s < kSub; ++s) products(buf, s);
+        sm90::wgmma_wait<0>();
+#pragma unroll
+        for (int s = 0; s < kSub; ++s) reduce(c, buf, s);
+        __syncthreads();  // every lane has read this buffer's scales and the products its keys
+        if (c + 2 < chunks) gather_chunk(c + 2);
+    }
+}
+
 // Row `row`'s query (heads x 128 fp8, rows of q [*, heads, 128]) into the swizzled tile `query`, by
 // `threads` threads (cp.async; the caller commits).
 __device__ __forceinline__ void load_query(uint8_t* query, const uint8_t* q, int row, int heads, int threads) {

@@ -30,13 +30,7 @@ using namespace gather;
 // Candidates [first, first + 64) of a row's list: their keys into `tile`, their scales into `scales`.
 __device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const uint8_t* k, const float* k_scale,
                                             const int* candidates) {
-    const int t = threadIdx.x;
-#pragma unroll
-    for (int j = 0; j < kTileKeys * 8 / kThreads; ++j) {  // 16-byte pieces: key i's piece p
-        const int i = (t + kThreads * j) / 8, p = (t + kThreads * j) % 8;
-        cp_async_16(tile + swizzled(i, 16 * p), k + size_t(candidates[i]) * 128 + 16 * p);
-    }
-    if (t < kTileKeys) cp_async_4(scales + t, k_scale + candidates[t]);
+    gather::gather_tile<kTileKeys, kThreads>(tile, scales, k, k_scale, candidates);
 }
 
 // A chunk's scores from its accumulators: out[j] = k_scale * sum_h w_h relu(acc), for the lanes that hold
@@ -146,30 +140,15 @@ __global__ void __launch_bounds__(kThreads) rescore_batched_kernel(const uint8_t
         const int* list = candidates + size_t(row) * per_row;
         float* row_out = out + size_t(row) * per_row;
         sm90::load_lane_weights<1, kHeads>(w, weights, row, row + 1);
-        auto gather_chunk = [&](int c) {
-            const int buf = c & 1;
-#pragma unroll
-            for (int s = 0; s < kSub; ++s)
-                gather_tile(tiles + (buf * kSub + s) * kTileBytes, scales + buf * kChunkKeys + s * kTileKeys, k, k_scale,
-                            list + c * kChunkKeys + s * kTileKeys);
-            cp_async_commit();
-        };
-        gather_chunk(0);
-        if (chunks > 1) gather_chunk(1);
-        for (int c = 0; c < chunks; ++c) {
-            const int buf = c & 1;
-            chunk_landed(c + 1 < chunks);
-#pragma unroll
-            for (int s = 0; s < kSub; ++s)
+        walk_chunks<kSub, kTileKeys, kTileBytes, kThreads>(
+            tiles, scales, k, k_scale, list, chunks,
+            [&](int buf, int s) {
                 sm90::wgmma_keys_queries(acc[s], tiles_start + (buf * kSub + s) * (kTileBytes / 16), query_start);
-            sm90::wgmma_wait<0>();
-#pragma unroll
-            for (int s = 0; s < kSub; ++s)
+            },
+            [&](int c, int buf, int s) {
                 store_scores<true>(acc[s], w, scales + buf * kChunkKeys + s * kTileKeys,
                                    row_out + c * kChunkKeys + s * kTileKeys);
-            __syncthreads();  // every lane has read this buffer's scales and the products its keys
-            if (c + 2 < chunks) gather_chunk(c + 2);
-        }
+            });
     }
 }
 

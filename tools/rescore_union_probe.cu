@@ -35,17 +35,6 @@ __device__ __forceinline__ void load_block_query(uint8_t* query, const uint8_t* 
     }
 }
 
-// Keys [0, 64) of `list` into `tile` and their scales into `scales`.
-__device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const uint8_t* k, const float* k_scale,
-                                            const int* list) {
-#pragma unroll
-    for (int j = 0; j < kTileKeys * 8 / kThreads; ++j) {  // 16-byte pieces: key i's piece p
-        const int i = (threadIdx.x + kThreads * j) / 8, p = (threadIdx.x + kThreads * j) % 8;
-        cp_async_16(tile + swizzled(i, 16 * p), k + size_t(list[i]) * 128 + 16 * p);
-    }
-    if (threadIdx.x < kTileKeys) cp_async_4(scales + threadIdx.x, k_scale + list[threadIdx.x]);
-}
-
 // out[row0 + r, j] = k_scale[c] * sum_h w[row0 + r, h] relu(q[row0 + r, h] . k[c]) for every row r of
 // block b (rows row0 = b kRows ..) and c = candidates[b, j], j < per_row (a multiple of kSub x 64): the
 // block's list scored for each of its rows.
@@ -69,40 +58,23 @@ __global__ void __launch_bounds__(kThreads) rescore_union_kernel(const uint8_t* 
         load_block_query(query, q, row0);
         const int* list = candidates + size_t(block) * per_row;
         sm90::load_lane_weights<kRows, kHeads>(w, weights, row0, rows);
-        auto gather_chunk = [&](int c) {
-            const int buf = c & 1;
-#pragma unroll
-            for (int s = 0; s < kSub; ++s)
-                gather_tile(tiles + (buf * kSub + s) * kTileBytes, scales + buf * kChunkKeys + s * kTileKeys, k, k_scale,
-                            list + c * kChunkKeys + s * kTileKeys);
-            cp_async_commit();
-        };
-        gather_chunk(0);  // (with the query: one group)
-        if (chunks > 1) gather_chunk(1);
-        for (int c = 0; c < chunks; ++c) {
-            const int buf = c & 1;
-            chunk_landed(c + 1 < chunks);
-#pragma unroll
-            for (int s = 0; s < kSub; ++s)
+        walk_chunks<kSub, kTileKeys, kTileBytes, kThreads>(
+            tiles, scales, k, k_scale, list, chunks,
+            [&](int buf, int s) {
                 sm90::wgmma_keys_queries(acc[s], tiles_start + (buf * kSub + s) * (kTileBytes / 16), query_start);
-            sm90::wgmma_wait<0>();
-#pragma unroll
-            for (int s = 0; s < kSub; ++s) {
+            },
+            [&](int c, int buf, int s) {
                 float v[Lane::kCount];
                 sm90::row_sums<kRows, kHeads>(acc[s], w, v);
-                if (Lane::holds()) {
+                if (!Lane::holds()) return;
 #pragma unroll
-                    for (int m = 0; m < Lane::kCount; ++m) {
-                        const int key = quad_key + Lane::key_offset(Lane::key_slot(m));
-                        const int row = row0 + Lane::row(Lane::row_slot(m));
-                        out[size_t(row) * per_row + c * kChunkKeys + s * kTileKeys + key] =
-                            v[m] * scales[buf * kChunkKeys + s * kTileKeys + key];
-                    }
+                for (int m = 0; m < Lane::kCount; ++m) {
+                    const int key = quad_key + Lane::key_offset(Lane::key_slot(m));
+                    const int row = row0 + Lane::row(Lane::row_slot(m));
+                    out[size_t(row) * per_row + c * kChunkKeys + s * kTileKeys + key] =
+                        v[m] * scales[buf * kChunkKeys + s * kTileKeys + key];
                 }
-            }
-            __syncthreads();  // every lane has read this buffer's scales and the products its keys
-            if (c + 2 < chunks) gather_chunk(c + 2);
-        }
+            });
     }
 }
 
