@@ -213,6 +213,11 @@ def test_compare_paged_builds_names_a_builds_variant_by_its_changed_fields():
     assert (wide.columns, wide.warps) == (128, 8) and path == f".ablate/{wide.name}/new.so"
     with pytest.raises(SystemExit, match="registers"):
         built(default, "new:columns=128", ".ablate")
+    from runtime.dense_variant import default_dense_variant
+
+    dense = default_dense_variant(64, 2048).decode_build(64, 1)
+    two, path = built(dense, "new:rows=2", ".ablate")
+    assert two.rows == 2 and path == f".ablate/{two.name}/new.so"
 
 
 def test_parts_fill_the_gpu_only_where_the_table_holds_long_contexts():
