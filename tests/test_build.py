@@ -379,6 +379,18 @@ def test_sass_tool_finds_the_innermost_product_loops():
                                                            ("BRA", "@!P0 BRA `(.L_x_2)")])]
 
 
+def test_sass_tool_takes_a_tiles_hot_path_from_its_wait_to_its_first_barrier():
+    """tools/sass.py --hot: from the last mbarrier wait before a loop's first product to the first
+    barrier after its last one; none where the loop has no such barrier."""
+    tool = _sass_tool()
+    ops = ["SYNCS.PHASECHK.TRANS64.TRYWAIT", "IADD3", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "QGMMA.64x64x32.F32.E4M3.E4M3",
+           "FMNMX", "VOTE.ANY", "ATOMS.ADD", "QGMMA.64x64x32.F32.E4M3.E4M3", "SHFL.IDX", "BAR.SYNC.DEFER_BLOCKING",
+           "ATOMS.ADD", "BAR.SYNC.DEFER_BLOCKING", "BRA"]
+    loop = [(op, op + " R0") for op in ops]
+    assert [op for op, _ in tool.hot_path(loop)] == ops[2:9]
+    assert tool.hot_path(loop[:9]) is None  # (no barrier after the products)
+
+
 @requires_nvcc
 @pytest.mark.parametrize("arch", ["sm89", "sm100a"])
 def test_the_portable_kernels_build_for_ada_and_blackwell(arch, tmp_cache):

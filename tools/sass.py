@@ -7,13 +7,18 @@ epilogue change was measured: the gated kernel's scan loop went 321 -> 257 instr
 slice (experiment log, "2026-11-29: cheaper epilogue"). A loop is a backward branch and the code from
 its target on.
 
-    python tools/sass.py VARIANT [--top 30] [--keep DIR] [--timeline]
+    python tools/sass.py VARIANT [--top 30] [--keep DIR] [--timeline] [--hot]
 
 --timeline lists, per loop, where the products are issued and waited for (instruction positions):
 what overlaps a warpgroup's own products is what ptxas placed between their issue and their wait,
 which the source order does not decide (experiment log, "2026-11-29: epilogue experiments": in the
 2 x 2 gated loop ptxas hoisted most of slice 1's epilogue above the next tile's issue, so that product overlapped 93 of 506 instructions;
 BENCHMARKS.md has what forcing the order did).
+
+--hot counts, per loop, what a tile issues from the mbarrier wait before its products to the first
+barrier after them (hot_path): the paged decode kernel's loop also holds its compaction, which most
+tiles skip (experiment log, "2026-12-05: the shipped tables were stale; the paged kernel's appends
+read from its SASS": 848 instructions a slice at next_n 4, 8 of them shared atomics).
 
 nvdisasm is not part of a minimal CUDA install; $NVDISASM, PATH and $CUDA_HOME/bin are searched,
 and `pip download --no-deps nvidia-cuda-nvdisasm` (unzip; nvidia/cu13/bin/nvdisasm) provides it.
@@ -92,6 +97,19 @@ def product_loops(sass: str) -> list[tuple[str, list[tuple[str, str]]]]:
     return sorted(((short_name(kernel_at[b]), ops) for a, b, ops in innermost), key=lambda loop: len(loop[1]))
 
 
+def hot_path(loop: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    """A loop's straight run a tile, where its kernel waits for the tile and ends the tile's work with a
+    CTA barrier (the paged kernel's buffer check): from the last mbarrier wait before the loop's first
+    product to the first barrier after its last product, what every tile issues whether or not it
+    compacts (the code past that barrier, which the loop holds too, runs only then). None where the
+    loop has no such wait or barrier."""
+    ops = [op for op, _ in loop]
+    products = [i for i, op in enumerate(ops) if op.startswith(PRODUCTS)]
+    waits = [i for i in range(products[0]) if ops[i].startswith("SYNCS.PHASECHK")] if products else []
+    ends = [i for i in range(products[-1], len(ops)) if ops[i].startswith("BAR")] if products else []
+    return loop[waits[-1]:ends[0]] if waits and ends else None
+
+
 def short_name(mangled: str) -> str:
     """`gate::fused_mqa_topk_gate_kernel` from `_ZN<len><anonymous namespace><len>gate<len>fused...E...`."""
     names, i = [], mangled.find("_ZN") + 3
@@ -110,6 +128,7 @@ def main() -> int:
     p.add_argument("--top", type=int, default=30, help="opcodes listed per loop")
     p.add_argument("--keep", type=Path, help="write the source, cubin and SASS here")
     p.add_argument("--timeline", action="store_true", help="positions of products, waits, barriers, branches")
+    p.add_argument("--hot", action="store_true", help="the instructions a tile issues up to its first barrier (hot_path)")
     args = p.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="sass-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,6 +147,10 @@ def main() -> int:
         print(f"\n{kernel}: loop of {len(ops)} instructions, {products} tensor-core products")
         counts = collections.Counter(ops).most_common(args.top)
         print("  " + " | ".join(f"{n} {op}" for op, n in counts))
+        if args.hot and (hot := hot_path(loop)) is not None:
+            count = lambda prefix: sum(op.startswith(prefix) for op, _ in hot)  # noqa: E731
+            print(f"  hot path (the tile's wait to the barrier after its products): {len(hot)} instructions, "
+                  f"{count('ATOMS')} shared atomics, {count('SHFL')} shuffles, {count('VOTE')} votes (VOTE, VOTEU)")
         if args.timeline:
             for i, (op, text) in enumerate(loop):
                 if op.startswith(EVENTS):
