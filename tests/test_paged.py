@@ -371,3 +371,18 @@ def test_the_selection_model_counts_what_the_kernel_does_on_scores_it_can_predic
     random = torch.rand(2, 65536, generator=torch.Generator().manual_seed(0))
     small, large = (selection_counts(random, 128, 2048, b) for b in (3072, 4096))
     assert large["compactions"] < small["compactions"] and large["checks"] < small["checks"]
+
+
+def test_the_selection_model_counts_what_a_sampled_gate_would_save_and_miss():
+    """--sample-tiles: on random scores a sampled gate keeps every row's top k (no miss) with far
+    fewer appends and compactions; a gate above all but a few keys of a row is counted as a miss (the
+    row would have to be scanned again)."""
+    from tools.paged_compactions import sampled_gate, selection_counts
+
+    scores = torch.rand(4, 65536, generator=torch.Generator().manual_seed(1))
+    plain = selection_counts(scores, 128, 2048, 3072)
+    gated = selection_counts(scores, 128, 2048, 3072, sampled_gate(scores, 128, 2048, 16))
+    assert gated["misses"] == 0 and plain["misses"] == 0
+    assert gated["appends_per_row"] < plain["appends_per_row"] / 2 and gated["compactions"] < plain["compactions"] / 4
+    high = torch.full((4,), 0.99)  # (about 1% of uniform scores reach it: 655 of 65,536, fewer than 2,048)
+    assert selection_counts(scores, 128, 2048, 3072, high)["misses"] == 4
