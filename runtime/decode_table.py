@@ -10,7 +10,8 @@ then the shipped tuned_configs/decode/), plain data:
 kernels), `dense_planned_ms` with the step's layout made once beforehand (runtime.decode_layout, as a
 server makes it once a step for every indexer layer). Entries timed on other kernel code than this
 package's are not used: a step then takes the paged kernel, as with no table, and the first call that
-reads such a table warns once (the shipped table's going stale went unseen when it did not).
+reads such a table warns once (without a warning, the shipped table's going stale at 7453c54 went
+unseen).
 """
 
 from __future__ import annotations
