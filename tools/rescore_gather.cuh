@@ -42,21 +42,47 @@ __device__ __forceinline__ void gather_tile(uint8_t* tile, float* scales, const 
     if (t < kTileKeys) cp_async_4(scales + t, k_scale + list[t]);
 }
 
-// A list walked kSub tiles of kTileKeys keys a chunk, two buffers (`tiles`: [2][kSub] tiles of
-// kTileBytes; `scales`: [2][kSub x kTileKeys]): chunk c is gathered two chunks ahead (chunk 0's copies
-// join the caller's uncommitted ones, its query's, in one group), landed, multiplied (products(buf, s)
-// issues tile s of buffer buf into accumulator set s; one wait for the kSub), reduced (reduce(c, buf,
-// s) reads set s), and its buffer freed by a barrier. Kernels of kSub products a barrier.
-template <int kSub, int kTileKeys, int kTileBytes, int kThreads, typename Products, typename Reduce>
-__device__ __forceinline__ void walk_chunks(uint8_t* tiles, float* scales, const uint8_t* k, const float* k_scale,
-                                            const int* list, int chunks, Products products, Reduce reduce) {
-    constexpr int kChunkKeys = kSub * kTileKeys;
+// The dynamic shared memory of the kernels of kSub products a barrier, from its base: the query tile
+// (kQueryBytes, 1024-byte aligned), two buffers of kSub tiles of kTileKeys keys, then their scales
+// ([2][kSub x kTileKeys]); kBytes with the base's alignment slack.
+template <int kSub_, int kTileKeys_, int kQueryBytes>
+struct ChunkRing {
+    static constexpr int kSub = kSub_;
+    static constexpr int kTileKeys = kTileKeys_;
+    static constexpr int kTileBytes = kTileKeys * 128;
+    static constexpr int kChunkKeys = kSub * kTileKeys;
+    static constexpr int kBytes = 1024 + kQueryBytes + 2 * kSub * kTileBytes + 2 * kChunkKeys * 4;
+    uint8_t* query;
+    uint8_t* tiles;
+    float* scales;
+    __device__ explicit ChunkRing(uint8_t* base)
+        : query(sm90::aligned_shared_base(base)),
+          tiles(query + kQueryBytes),
+          scales(reinterpret_cast<float*>(tiles + 2 * kSub * kTileBytes)) {}
+    // The wgmma descriptors' start fields (sm90::kmajor_sw128_start): the query, and tile s of buffer buf.
+    __device__ uint32_t query_start() const { return sm90::kmajor_sw128_start(query); }
+    __device__ uint32_t tile_start(int buf, int s) const {
+        return sm90::kmajor_sw128_start(tiles) + (buf * kSub + s) * (kTileBytes / 16);
+    }
+    // The scales of tile s of buffer buf.
+    __device__ float* tile_scales(int buf, int s) const { return scales + buf * kChunkKeys + s * kTileKeys; }
+};
+
+// A list walked a chunk of the ring's kSub tiles at a time, two buffers: chunk c is gathered two
+// chunks ahead (chunk 0's copies join the caller's uncommitted ones, its query's, in one group), landed,
+// multiplied (products(buf, s) issues tile s of buffer buf into accumulator set s; one wait for the
+// kSub), reduced (reduce(c, buf, s) reads set s), and its buffer freed by a barrier.
+template <int kThreads, typename Ring, typename Products, typename Reduce>
+__device__ __forceinline__ void walk_chunks(const Ring& ring, const uint8_t* k, const float* k_scale, const int* list,
+                                            int chunks, Products products, Reduce reduce) {
+    constexpr int kSub = Ring::kSub, kTileKeys = Ring::kTileKeys;
     auto gather_chunk = [&](int c) {
         const int buf = c & 1;
 #pragma unroll
         for (int s = 0; s < kSub; ++s)
-            gather_tile<kTileKeys, kThreads>(tiles + (buf * kSub + s) * kTileBytes, scales + buf * kChunkKeys + s * kTileKeys, k,
-                                             k_scale, list + c * kChunkKeys + s * kTileKeys);
+            gather_tile<kTileKeys, kThreads>(ring.tiles + (buf * kSub + s) * Ring::kTileBytes,
+                                             ring.tile_scales(buf, s), k, k_scale,
+                                             list + c * Ring::kChunkKeys + s * kTileKeys);
         cp_async_commit();
     };
     gather_chunk(0);

@@ -125,35 +125,33 @@ template <int kSub>
 __global__ void __launch_bounds__(kThreads) rescore_batched_kernel(const uint8_t* q, const uint8_t* k, const float* k_scale,
                                                                 const float* weights, const int* candidates, float* out,
                                                                 int rows, int per_row) {
-    constexpr int kChunkKeys = kSub * kTileKeys;
+    using Ring = ChunkRing<kSub, kTileKeys, kQueryBytes>;
+    constexpr int kChunkKeys = Ring::kChunkKeys;
     extern __shared__ uint8_t dynamic_smem[];
-    uint8_t* query = sm90::aligned_shared_base(dynamic_smem);
-    uint8_t* tiles = query + kQueryBytes;
-    float* scales = reinterpret_cast<float*>(tiles + 2 * kSub * kTileBytes);  // [2][kChunkKeys]
-    const uint32_t query_start = sm90::kmajor_sw128_start(query), tiles_start = sm90::kmajor_sw128_start(tiles);
+    const Ring ring(dynamic_smem);
     const int chunks = per_row / kChunkKeys;
     float acc[kSub][kHeads / 2];
     float w[kHeads / 8][2];
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
         __syncthreads();
-        load_query(query, q, row, kHeads, kThreads);
+        load_query(ring.query, q, row, kHeads, kThreads);
         const int* list = candidates + size_t(row) * per_row;
         float* row_out = out + size_t(row) * per_row;
         sm90::load_lane_weights<1, kHeads>(w, weights, row, row + 1);
-        walk_chunks<kSub, kTileKeys, kTileBytes, kThreads>(
-            tiles, scales, k, k_scale, list, chunks,
+        walk_chunks<kThreads>(
+            ring, k, k_scale, list, chunks,
             [&](int buf, int s) {
-                sm90::wgmma_keys_queries(acc[s], tiles_start + (buf * kSub + s) * (kTileBytes / 16), query_start);
+                sm90::wgmma_keys_queries(acc[s], ring.tile_start(buf, s), ring.query_start());
             },
             [&](int c, int buf, int s) {
-                store_scores<true>(acc[s], w, scales + buf * kChunkKeys + s * kTileKeys,
+                store_scores<true>(acc[s], w, ring.tile_scales(buf, s),
                                    row_out + c * kChunkKeys + s * kTileKeys);
             });
     }
 }
 
 constexpr int kBatchedSub = 4;
-constexpr int kBatchedSmemBytes = 1024 + kQueryBytes + 2 * kBatchedSub * kTileBytes + 2 * kBatchedSub * kTileKeys * 4;
+constexpr int kBatchedSmemBytes = ChunkRing<kBatchedSub, kTileKeys, kQueryBytes>::kBytes;
 }  // namespace
 
 extern "C" int rescore(const void* q, const void* k, const float* k_scale, const float* weights, const int* candidates,

@@ -20,7 +20,6 @@ constexpr int kRows = 128 / kHeads;        // rows a block: kRows x kHeads = 128
 constexpr int kColumns = kRows * kHeads;
 constexpr int kTileKeys = 64;              // keys a product (wgmma M)
 constexpr int kQueryBytes = kColumns * 128;
-constexpr int kTileBytes = kTileKeys * 128;
 constexpr int kThreads = 128;
 using Lane = sm90::LaneTotals<kRows>;
 
@@ -42,12 +41,10 @@ template <int kSub>
 __global__ void __launch_bounds__(kThreads) rescore_union_kernel(const uint8_t* q, const uint8_t* k, const float* k_scale,
                                                                 const float* weights, const int* candidates, float* out,
                                                                 int rows, int per_row) {
-    constexpr int kChunkKeys = kSub * kTileKeys;
+    using Ring = ChunkRing<kSub, kTileKeys, kQueryBytes>;
+    constexpr int kChunkKeys = Ring::kChunkKeys;
     extern __shared__ uint8_t dynamic_smem[];
-    uint8_t* query = sm90::aligned_shared_base(dynamic_smem);
-    uint8_t* tiles = query + kQueryBytes;                                      // [2][kSub][64 x 128]
-    float* scales = reinterpret_cast<float*>(tiles + 2 * kSub * kTileBytes);  // [2][kChunkKeys]
-    const uint32_t query_start = sm90::kmajor_sw128_start(query), tiles_start = sm90::kmajor_sw128_start(tiles);
+    const Ring ring(dynamic_smem);
     const int chunks = per_row / kChunkKeys, blocks = rows / kRows;
     const int quad_key = 16 * (threadIdx.x / 32) + (threadIdx.x % 32) / 4;  // key g of the lane's quad in a tile
     float acc[kSub][kColumns / 2];
@@ -55,13 +52,13 @@ __global__ void __launch_bounds__(kThreads) rescore_union_kernel(const uint8_t* 
     for (int block = blockIdx.x; block < blocks; block += gridDim.x) {
         const int row0 = block * kRows;
         __syncthreads();  // the previous block's products have read the query tile and the buffers
-        load_block_query(query, q, row0);
+        load_block_query(ring.query, q, row0);
         const int* list = candidates + size_t(block) * per_row;
         sm90::load_lane_weights<kRows, kHeads>(w, weights, row0, rows);
-        walk_chunks<kSub, kTileKeys, kTileBytes, kThreads>(
-            tiles, scales, k, k_scale, list, chunks,
+        walk_chunks<kThreads>(
+            ring, k, k_scale, list, chunks,
             [&](int buf, int s) {
-                sm90::wgmma_keys_queries(acc[s], tiles_start + (buf * kSub + s) * (kTileBytes / 16), query_start);
+                sm90::wgmma_keys_queries(acc[s], ring.tile_start(buf, s), ring.query_start());
             },
             [&](int c, int buf, int s) {
                 float v[Lane::kCount];
@@ -72,14 +69,14 @@ __global__ void __launch_bounds__(kThreads) rescore_union_kernel(const uint8_t* 
                     const int key = quad_key + Lane::key_offset(Lane::key_slot(m));
                     const int row = row0 + Lane::row(Lane::row_slot(m));
                     out[size_t(row) * per_row + c * kChunkKeys + s * kTileKeys + key] =
-                        v[m] * scales[buf * kChunkKeys + s * kTileKeys + key];
+                        v[m] * ring.tile_scales(buf, s)[key];
                 }
             });
     }
 }
 
 template <int kSub>
-constexpr int kSmemBytes = 1024 + kQueryBytes + 2 * kSub * kTileBytes + 2 * kSub * kTileKeys * 4;
+constexpr int kSmemBytes = ChunkRing<kSub, kTileKeys, kQueryBytes>::kBytes;
 }  // namespace
 
 // sub: chunks of 64 keys a barrier, 1 or 2. rows: a multiple of the block's rows; candidates
