@@ -48,12 +48,15 @@ from runtime.render import render  # noqa: E402
 from runtime.table import SHIPPED_TABLE_DIR  # noqa: E402
 from tools.compare_sass import base_sources, compare  # noqa: E402
 
+
 def digests_at(rev: str) -> tuple[str, str]:
     """(prefill, paged) code digests of revision `rev` (runtime/kernel_code.py's, from its files in git)."""
+    from functools import cache
     from pathlib import PurePosixPath
 
     from runtime import kernel_code
 
+    @cache  # (the shared headers and modules enter both digests: each file read once)
     def show(path: str) -> bytes:
         return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], capture_output=True, check=True).stdout
 
