@@ -220,10 +220,13 @@ def linear_column(q_scaled: torch.Tensor, w_gate: torch.Tensor, k: torch.Tensor,
     return value, over_keys(c, k, kind) * (1 + U) + 2.0 ** -24 * value.abs()
 
 
-# What one candidate's exact score cost scored a row at a time, in (row, key) pairs of the shipped
-# fused kernel's scan: tools/rescore.py on the H200 (BENCHMARKS.md, "Past the epilogue: scoring a
-# gate's candidates exactly, a row at a time": 1.95-2.0 at H = 64, 2.69 at H = 32 with 8 CTAs an SM).
-PAIR_COST = {32: 2.7, 64: 2.0}
+# What one candidate's exact score costs scored a row at a time, in (row, key) pairs of the shipped
+# fused kernel's scan, and what a key of a row block's union costs a row of the block: the cheapest of
+# tools/rescore.py's kernels of each kind on the H200 (BENCHMARKS.md, "Past the epilogue: every
+# rescoring kernel timed, the union included": four products a barrier at H = 64, in turn at H = 32,
+# 8 CTAs an SM; the union kernel, one chunk a barrier).
+PAIR_COST = {32: 2.6, 64: 1.6}
+UNION_COST = {32: 1.24, 64: 1.19}
 
 
 def rescoring_shares(candidates: torch.Tensor, pair_cost: float) -> tuple[float, float]:
@@ -352,7 +355,8 @@ def main() -> int:
                  if args.block_rows > 1 and s["union_share"] is not None else "")
               + (f"; scored exactly a row at a time (at {args.pair_cost or PAIR_COST[s['heads']]} scan pairs a candidate) "
                  f"they would cost {100 * s['row_at_a_time_share']:.1f}% of the scan (median over blocks), their union "
-                 f"scored as the scan scores keys the share above"
+                 f"scored with the query tile (at {UNION_COST[s['heads']]} scan pairs a key a row) "
+                 f"{100 * UNION_COST[s['heads']] * s['union_share']:.1f}%"
                  if args.block_rows > 1 and s["row_at_a_time_share"] is not None else ""), flush=True)
     return 0
 
