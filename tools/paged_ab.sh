@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The paged kernel's appends change (one shared atomic a warp) against main's build, in one GPU call
+# (carry .ablate: `tools/ablate.py build VARIANT --as base` at main, `--as appends` here, for the six
+# defaults below and the points the --build labels name): the paged GPU tests on this checkout's
+# kernels, then tools/compare_paged_builds.py over a few steps a next_n, graph-replayed, every answer
+# checked. Everything goes to $OUT (the device tool's folder) as text and JSON lines.
+set -u
+export PYTHONPATH=.
+out=${OUT:-/tmp/paged-ab}
+mkdir -p "$out"
+python3 -m pytest -q -x tests/test_gpu_paged.py > "$out/tests.txt" 2>&1
+echo "exit status $?" >> "$out/tests.txt"
+steps="--shape 64x131072 --shape 256x32768 --shape 16x131072 --shape 4x131072 --shape 1x131072"
+compare() {  # NAME ARGS...: one compare_paged_builds run, its lines and its log
+    local name=$1
+    shift
+    python3 tools/compare_paged_builds.py $steps "$@" --log "$out/$name.jsonl" > "$out/$name.txt" 2>&1
+    echo "exit status $?" >> "$out/$name.txt"
+}
+compare h64-n4 --heads 64 --top-k 2048 --next-n 4 --build base --build appends --build appends:columns=128 \
+    --build appends:columns=256 --build appends:q_stages=1,buffer=4096 --build appends:q_stages=1,buffer=4096,columns=256
+compare h64-n2 --heads 64 --top-k 2048 --next-n 2 --build base --build appends --build appends:warps=8 \
+    --build appends:warps=8,columns=128 --build appends:q_stages=1,buffer=6144 \
+    --build appends:q_stages=1,buffer=6144,warps=8,columns=128
+compare h64-n1 --heads 64 --top-k 2048 --next-n 1 --build base --build appends
+compare h32-n4 --heads 32 --top-k 512 --next-n 4 --build base --build appends --build appends:warps=8,columns=128
+compare h32-n2 --heads 32 --top-k 512 --next-n 2 --build base --build appends
+tail -n 2 "$out"/*.txt
