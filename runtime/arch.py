@@ -32,6 +32,9 @@ ARCHS: dict[str, Arch] = {
 # kMinProducerRegisters): its TMA address math spilled at 32. Gated variants whose producer warpgroup
 # also selects (select_warps > 0) keep SELECTOR_REGISTERS (the template's kSelectorRegisters).
 MIN_PRODUCER_REGISTERS = 40
+# The paged kernel's producer where it also loads a sampled gate's tiles (gate_tiles): at 40 its block
+# ids and tile positions spilled (16-20 bytes) with two math warpgroups.
+SAMPLING_PRODUCER_REGISTERS = 56
 SELECTOR_REGISTERS = 56
 
 

@@ -3,8 +3,9 @@
 Name: paged_topk_wgmma_sm90a_h64_k2048_n2_p64_w8_s4_b4096 = arch, heads, top_k, the query rows a
 request has each step (next_n), cache block size, math warps (4 per warpgroup, 64 keys each a
 tile), K stages, candidate buffer per row; then `_q1` where the queries have one ring stage instead of
-two, and `_c128` (or `_c256`) where a product takes that many (row, head) columns instead of 64. It
-parses back (PagedVariant.from_name).
+two, `_c128` (or `_c256`) where a product takes that many (row, head) columns instead of 64, and
+`_g<tiles>` where a part starts each row from a gate sampled over that many tiles (and a second launch
+rescans the requests it missed). It parses back (PagedVariant.from_name).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from functools import cached_property, lru_cache
 
-from .arch import ARCHS, wgmma_math_registers
+from .arch import ARCHS, MIN_PRODUCER_REGISTERS, SAMPLING_PRODUCER_REGISTERS, wgmma_math_registers
 from .variant import RADIX_SCRATCH_BYTES, parse_name
 
 DIM = 128
@@ -39,19 +40,20 @@ class PagedVariant:
     buffer: int
     q_stages: int = 2  # query tiles in flight: the next work item's loads during this one's scan
     columns: int = 64  # (row, head) columns a product and its head sum take (the template's kColumns)
+    gate_tiles: int = 0  # tiles a part's sampled gate scores first (0: no gate; the template's kGateTiles)
 
     template = "paged_mqa_topk_wgmma.cu.j2"
     kernels = ("paged_mqa_topk_kernel",)
     _PATTERN = re.compile(
         r"^paged_topk_wgmma_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_n(?P<next_n>\d+)_p(?P<block_size>\d+)"
-        r"_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_q(?P<q_stages>\d+))?(?:_c(?P<columns>\d+))?$"
+        r"_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_q(?P<q_stages>\d+))?(?:_c(?P<columns>\d+))?(?:_g(?P<gate_tiles>\d+))?$"
     )
 
     @cached_property
     def name(self) -> str:
         return (f"paged_topk_wgmma_{self.arch}_h{self.heads}_k{self.top_k}_n{self.next_n}_p{self.block_size}"
                 f"_w{self.warps}_s{self.stages}_b{self.buffer}" + (f"_q{self.q_stages}" if self.q_stages != 2 else "")
-                + (f"_c{self.columns}" if self.columns != 64 else ""))
+                + (f"_c{self.columns}" if self.columns != 64 else "") + (f"_g{self.gate_tiles}" if self.gate_tiles else ""))
 
     @classmethod
     def from_name(cls, name: str) -> PagedVariant:
@@ -77,9 +79,14 @@ class PagedVariant:
         return ARCHS[self.arch].max_smem_per_block
 
     @property
+    def producer_min(self) -> int:
+        """The producer warpgroup's registers at least (the template's Shape kProducerMin)."""
+        return SAMPLING_PRODUCER_REGISTERS if self.gate_tiles else MIN_PRODUCER_REGISTERS
+
+    @property
     def math_registers(self) -> int:
         """Registers a math thread gets after setmaxnreg (the template's Shape::kMathRegisters)."""
-        return wgmma_math_registers(self.threads, 32 * self.warps)
+        return wgmma_math_registers(self.threads, 32 * self.warps, self.producer_min)
 
     def smem_bytes(self) -> int:
         """The template's kSmemBytes (pipeline::SpaceAgrees: a wrong sum here fails the build)."""
@@ -89,7 +96,8 @@ class PagedVariant:
         # rank_select's three histograms, two sets of largest and smallest a warp, a kept count a warp, base (16-byte aligned); the
         # select scratch; counts, item per Q stage, merge flag, count and floor
         radix = -(-(3 * 256 * 4 + 20 * self.warps + 4) // 16) * 16
-        state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + (self.q_stages + 3) * 4) // 16) * 16
+        gates = 4 * self.next_n if self.gate_tiles else 0  # each row's sampled gate
+        state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + (self.q_stages + 3) * 4 + gates) // 16) * 16
         return (q_ring + k_ring + candidates + state + 7) // 8 * 8 + 8 * 2 * (self.q_stages + self.stages) + 1024
 
     def invalid_reason(self) -> str | None:
@@ -110,6 +118,8 @@ class PagedVariant:
             return "the ring needs two stages"
         if self.q_stages not in (1, 2):
             return f"{self.q_stages} query stages: one or two"
+        if self.gate_tiles < 0 or self.gate_tiles * self.key_tile > self.buffer - self.key_tile:
+            return f"a sample of {self.gate_tiles} tiles must leave the buffer of {self.buffer} a tile"
         if self.buffer < self.top_k + self.key_tile or self.buffer % (32 * self.warps) or self.top_k % (32 * self.warps):
             return (f"buffer {self.buffer} must hold top_k + a tile, and it and top_k {self.top_k} split evenly over "
                     f"the {32 * self.warps} math threads")

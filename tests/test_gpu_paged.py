@@ -276,3 +276,53 @@ def test_auto_takes_the_dense_path_where_the_decode_table_says(tmp_path, monkeyp
         paged_mqa_topk(*wl.args(), out=out, layout=layout)
         torch.cuda.synchronize()
         assert torch.equal(out, answers[path])
+
+
+GATED = [(64, 2048, 4, 16), (64, 2048, 2, 8), (32, 512, 1, 8), (32, 512, 4, 4)]  # (heads, top_k, next_n, gate tiles)
+
+
+@pytest.mark.parametrize(("heads", "top_k", "next_n", "gate_tiles"), GATED, ids=lambda x: str(x))
+@pytest.mark.parametrize("family", ["random", "increasing", "all_equal", "boundary_ties", "signed_weights"])
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_sampled_gate_gives_the_ungated_kernels_bytes(heads, top_k, next_n, gate_tiles, family, parts):
+    """gate_tiles: parts longer than their buffer start each row from a sampled gate. The scores are
+    the ungated kernel's, so the answers must be its bytes, and exact."""
+    from dataclasses import replace
+
+    default = default_paged_variant(heads, top_k, next_n, 64)
+    wl = make_paged_workload(family, [40000, 9000, 300, 12000], next_n, heads, top_k, seed=23, device="cuda")
+    gated = run(replace(default, gate_tiles=gate_tiles), wl, parts)
+    assert torch.equal(gated, run(default, wl, parts))
+    report = verify_paged(gated, wl)
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize(("heads", "top_k", "next_n", "gate_tiles"), GATED, ids=lambda x: str(x))
+def test_the_rescan_pass_answers_a_request_the_gate_missed(heads, top_k, next_n, gate_tiles):
+    """Keys planted in request 0's first two sampled tiles score far above the rest (positive weights,
+    their scales 10^4 times the others'): its rows' gates then pass fewer than top_k keys, the request
+    is listed, and the second launch scans it again, ungated. The answer must still be exact, and the
+    ungated kernel's bytes."""
+    from dataclasses import replace
+
+    from generator.paged_workloads import lay_out_in_pages
+    from generator.workloads import make_workload
+
+    default = default_paged_variant(heads, top_k, next_n, 64)
+    variant = replace(default, gate_tiles=gate_tiles)
+    contexts = [40000, 9000]
+    base = make_workload("random", len(contexts) * next_n, sum(contexts), heads, top_k, seed=5, device="cuda")
+    tiles = -(-contexts[0] // variant.key_tile)  # (one part: request 0's sample, as the kernel places it)
+    samples = min(gate_tiles, max(1, tiles // 8))
+    k_scale = base.k_scale.clone()
+    for i in range(2):
+        start = (2 * i + 1) * tiles // (2 * samples) * variant.key_tile
+        k_scale[start:start + variant.key_tile] *= 1e4
+    cache, table = lay_out_in_pages(base.k_fp8, k_scale, contexts, 64, seed=5)
+    q = base.q[: len(contexts) * next_n].reshape(len(contexts), next_n, heads, 128).contiguous()
+    wl = PagedWorkload("planted", q, cache.cuda(), base.weights[: len(contexts) * next_n].abs().contiguous(),
+                       torch.tensor(contexts, dtype=torch.int32, device="cuda"), table.cuda(), top_k)
+    gated = run(variant, wl, parts=1)
+    assert torch.equal(gated, run(default, wl, parts=1))
+    report = verify_paged(gated, wl)
+    assert report.ok, report.summary()

@@ -356,6 +356,26 @@ def test_a_bench_step_at_fewer_heads_is_its_first_heads_over_the_same_cache():
     assert torch.equal(q.view(torch.uint8), step[0].view(torch.uint8)[:, :, :32])
 
 
+def test_a_sampled_gate_names_itself_fits_its_buffer_and_takes_the_producers_registers():
+    """gate_tiles (_g<tiles>): the sample must leave the buffer a tile, and its producer warpgroup keeps
+    SAMPLING_PRODUCER_REGISTERS (at 40 its block ids spilled), which the math warps give up."""
+    from dataclasses import replace
+
+    from runtime.arch import MIN_PRODUCER_REGISTERS, SAMPLING_PRODUCER_REGISTERS
+
+    default = default_paged_variant(64, 2048, 4, 64)
+    assert default.gate_tiles == 0 and "_g" not in default.name and default.producer_min == MIN_PRODUCER_REGISTERS
+    gated = replace(default, gate_tiles=16)
+    assert gated.name.endswith("_b3072_g16") and PagedVariant.from_name(gated.name) == gated
+    assert gated.invalid_reason() is None and gated.producer_min == SAMPLING_PRODUCER_REGISTERS
+    assert gated.math_registers < default.math_registers
+    assert "leave the buffer" in replace(default, gate_tiles=24).invalid_reason()  # (24 x 128 > 3,072 - 128)
+    assert "registers" in replace(gated, columns=256).invalid_reason()  # (fits without the gate's producer)
+    assert replace(default, columns=256).invalid_reason() is None
+    both = replace(default, q_stages=1, buffer=4096, columns=128, gate_tiles=24)
+    assert both.name.endswith("_b4096_q1_c128_g24") and PagedVariant.from_name(both.name) == both
+
+
 def test_the_selection_model_counts_what_the_kernel_does_on_scores_it_can_predict():
     """tools/paged_compactions.py: rising scores pass every threshold (every key appended, a compaction
     each time the buffer would overflow); falling scores are all appended until the first compaction,

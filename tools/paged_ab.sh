@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The paged kernel's appends change (one shared atomic a warp) against main's build, in one GPU call
+# The paged kernel's appends change (one shared atomic a warp) and its sampled gate (gate_tiles) against
+# main's build, in one GPU call
 # (carry .ablate: `tools/ablate.py build VARIANT --as base` at main, `--as appends` here, for the six
 # defaults below and the points the --build labels name): the paged GPU tests on this checkout's
 # kernels, then tools/compare_paged_builds.py over a few steps a next_n, graph-replayed, every answer
@@ -18,11 +19,14 @@ compare() {  # NAME ARGS...: one compare_paged_builds run, its lines and its log
     echo "exit status $?" >> "$out/$name.txt"
 }
 compare h64-n4 --heads 64 --top-k 2048 --next-n 4 --build base --build appends --build appends:columns=128 \
-    --build appends:columns=256 --build appends:q_stages=1,buffer=4096 --build appends:q_stages=1,buffer=4096,columns=256
+    --build appends:columns=256 --build appends:q_stages=1,buffer=4096 --build appends:q_stages=1,buffer=4096,columns=256 \
+    --build appends:gate_tiles=16 --build appends:q_stages=1,buffer=4096,gate_tiles=24
 compare h64-n2 --heads 64 --top-k 2048 --next-n 2 --build base --build appends --build appends:warps=8 \
     --build appends:warps=8,columns=128 --build appends:q_stages=1,buffer=6144 \
-    --build appends:q_stages=1,buffer=6144,warps=8,columns=128
-compare h64-n1 --heads 64 --top-k 2048 --next-n 1 --build base --build appends
-compare h32-n4 --heads 32 --top-k 512 --next-n 4 --build base --build appends --build appends:warps=8,columns=128
+    --build appends:q_stages=1,buffer=6144,warps=8,columns=128 --build appends:gate_tiles=12 \
+    --build appends:q_stages=1,buffer=6144,gate_tiles=16
+compare h64-n1 --heads 64 --top-k 2048 --next-n 1 --build base --build appends --build appends:gate_tiles=16
+compare h32-n4 --heads 32 --top-k 512 --next-n 4 --build base --build appends --build appends:warps=8,columns=128 \
+    --build appends:gate_tiles=4
 compare h32-n2 --heads 32 --top-k 512 --next-n 2 --build base --build appends
 tail -n 2 "$out"/*.txt
