@@ -326,3 +326,27 @@ def test_the_rescan_pass_answers_a_request_the_gate_missed(heads, top_k, next_n,
     assert torch.equal(gated, run(default, wl, parts=1))
     report = verify_paged(gated, wl)
     assert report.ok, report.summary()
+
+
+def test_a_gated_step_and_its_rescan_pass_replay_in_a_graph():
+    """The gate's two launches (the scan, then the rescan pass over the requests it missed, listed on
+    the device) capture into one graph and replay with new lengths: every replay the eager call's
+    answer."""
+    from dataclasses import replace
+
+    variant = replace(default_paged_variant(64, 2048, 2, 64), gate_tiles=8)
+    wl = make_paged_workload("increasing", [40000, 12000, 9000], 2, 64, 2048, seed=6, device="cuda", table_slack=4)
+    q, cache, weights, lens, table, top_k = (x.clone() if isinstance(x, torch.Tensor) else x for x in wl.args())
+    out = torch.full((wl.batch * wl.next_n, top_k), POISON, dtype=torch.int32, device="cuda")
+    launch_paged(variant, q, cache, weights, lens, table, top_k, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch_paged(variant, q, cache, weights, lens, table, top_k, out=out)
+    for new_lens in ([40000, 12000, 9000], [39000, 300, 20000], [5000, 12000, 0]):
+        lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        wl_now = PagedWorkload("increasing", q, cache, weights, lens, table, top_k)
+        assert torch.equal(out, run(variant, wl_now)), new_lens
+        assert verify_paged(out, wl_now).ok
