@@ -278,7 +278,7 @@ def test_auto_takes_the_dense_path_where_the_decode_table_says(tmp_path, monkeyp
         assert torch.equal(out, answers[path])
 
 
-GATED = [(64, 2048, 4, 16), (64, 2048, 2, 8), (32, 512, 1, 8), (32, 512, 4, 4)]  # (heads, top_k, next_n, gate tiles)
+GATED = [(64, 2048, 4, 16), (64, 2048, 2, 8), (32, 512, 1, 4), (32, 512, 4, 4)]  # (heads, top_k, next_n, gate tiles)
 
 
 @pytest.mark.parametrize(("heads", "top_k", "next_n", "gate_tiles"), GATED, ids=lambda x: str(x))

@@ -374,6 +374,11 @@ def test_a_sampled_gate_names_itself_fits_its_buffer_and_takes_the_producers_reg
     assert replace(default, columns=256).invalid_reason() is None
     both = replace(default, q_stages=1, buffer=4096, columns=128, gate_tiles=24)
     assert both.name.endswith("_b4096_q1_c128_g24") and PagedVariant.from_name(both.name) == both
+    from test_gpu_paged import GATED  # (the GPU tests' gated points must build)
+
+    for heads, top_k, next_n, tiles in GATED:
+        point = replace(default_paged_variant(heads, top_k, next_n, 64), gate_tiles=tiles)
+        assert point.invalid_reason() is None, point.name
 
 
 def test_the_selection_model_counts_what_the_kernel_does_on_scores_it_can_predict():

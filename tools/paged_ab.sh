@@ -9,13 +9,28 @@ set -u
 export PYTHONPATH=.
 out=${OUT:-/tmp/paged-ab}
 mkdir -p "$out"
-python3 -m pytest -q -x tests/test_gpu_paged.py > "$out/tests.txt" 2>&1
+# The tests' kernels first, in parallel (the tests would build them one at a time): the decode
+# defaults and dense builds, and the gated points the tests run
+python3 -m generator build -j "$(nproc)" $(python3 - <<'PY'
+import sys
+from dataclasses import replace
+
+sys.path.insert(0, "tests")
+from generator.paged_bench import decode_variants
+from runtime.paged_variant import default_paged_variant
+from test_gpu_paged import GATED
+
+gated = [replace(default_paged_variant(h, k, n, 64), gate_tiles=t).name for h, k, n, t in GATED]
+print(" ".join(decode_variants(top_ks=(512, 1024, 2048)) + gated))
+PY
+) > "$out/build.txt" 2>&1
+timeout 300 python3 -m pytest -q -x tests/test_gpu_paged.py > "$out/tests.txt" 2>&1
 echo "exit status $?" >> "$out/tests.txt"
 steps="--shape 64x131072 --shape 256x32768 --shape 16x131072 --shape 4x131072 --shape 1x131072"
 compare() {  # NAME ARGS...: one compare_paged_builds run, its lines and its log
     local name=$1
     shift
-    python3 tools/compare_paged_builds.py $steps "$@" --log "$out/$name.jsonl" > "$out/$name.txt" 2>&1
+    timeout 120 python3 tools/compare_paged_builds.py $steps "$@" --log "$out/$name.jsonl" > "$out/$name.txt" 2>&1
     echo "exit status $?" >> "$out/$name.txt"
 }
 compare h64-n4 --heads 64 --top-k 2048 --next-n 4 --build base --build appends --build appends:columns=128 \
