@@ -11,7 +11,7 @@ rescans the requests it missed). It parses back (PagedVariant.from_name).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property, lru_cache
 
 from .arch import ARCHS, MIN_PRODUCER_REGISTERS, SAMPLING_PRODUCER_REGISTERS, wgmma_math_registers
@@ -137,10 +137,16 @@ def default_paged_variant(heads: int, top_k: int, next_n: int, block_size: int, 
     top_k + 1024 (a smaller one compacts every few tiles), at least three stages, the most math
     warpgroups (a decode tile is a small product: more warpgroups in flight hide more of each one's
     latency), a larger buffer still (up to four times top_k: fewer compactions, cheaper merges), more
-    stages. None where nothing fits."""
+    stages; at next_n 2 to 4, a gate sampled over half the buffer's keys (where it fits: a part longer
+    than its buffer then compacts a few times, not every few tiles, and places fewer candidates; at
+    next_n 1 the H200 measured no gain). None where nothing fits."""
     points = [PagedVariant(arch, heads, top_k, next_n, block_size, warps, stages, buffer)
               for warps in (16, 12, 8, 4) for stages in (4, 3, 2)
               for buffer in (4 * top_k, 2 * top_k, top_k + 1024, top_k + 512, top_k + 256)]
     valid = [v for v in points if v.invalid_reason() is None]
     rank = lambda v: (min(v.buffer, top_k + 1024), min(v.stages, 3), v.warps, v.buffer, v.stages)  # noqa: E731
-    return max(valid, key=rank, default=None)
+    best = max(valid, key=rank, default=None)
+    if best is None or next_n == 1:
+        return best
+    gated = replace(best, gate_tiles=best.buffer // 2 // best.key_tile)
+    return gated if gated.invalid_reason() is None else best

@@ -289,10 +289,10 @@ def test_a_sampled_gate_gives_the_ungated_kernels_bytes(heads, top_k, next_n, ga
     the ungated kernel's, so the answers must be its bytes, and exact."""
     from dataclasses import replace
 
-    default = default_paged_variant(heads, top_k, next_n, 64)
+    ungated = replace(default_paged_variant(heads, top_k, next_n, 64), gate_tiles=0)
     wl = make_paged_workload(family, [40000, 9000, 300, 12000], next_n, heads, top_k, seed=23, device="cuda")
-    gated = run(replace(default, gate_tiles=gate_tiles), wl, parts)
-    assert torch.equal(gated, run(default, wl, parts))
+    gated = run(replace(ungated, gate_tiles=gate_tiles), wl, parts)
+    assert torch.equal(gated, run(ungated, wl, parts))
     report = verify_paged(gated, wl)
     assert report.ok, report.summary()
 
@@ -308,8 +308,8 @@ def test_the_rescan_pass_answers_a_request_the_gate_missed(heads, top_k, next_n,
     from generator.paged_workloads import lay_out_in_pages
     from generator.workloads import make_workload
 
-    default = default_paged_variant(heads, top_k, next_n, 64)
-    variant = replace(default, gate_tiles=gate_tiles)
+    ungated = replace(default_paged_variant(heads, top_k, next_n, 64), gate_tiles=0)
+    variant = replace(ungated, gate_tiles=gate_tiles)
     contexts = [40000, 9000]
     base = make_workload("random", len(contexts) * next_n, sum(contexts), heads, top_k, seed=5, device="cuda")
     tiles = -(-contexts[0] // variant.key_tile)  # (one part: request 0's sample, as the kernel places it)
@@ -323,7 +323,7 @@ def test_the_rescan_pass_answers_a_request_the_gate_missed(heads, top_k, next_n,
     wl = PagedWorkload("planted", q, cache.cuda(), base.weights[: len(contexts) * next_n].abs().contiguous(),
                        torch.tensor(contexts, dtype=torch.int32, device="cuda"), table.cuda(), top_k)
     gated = run(variant, wl, parts=1)
-    assert torch.equal(gated, run(default, wl, parts=1))
+    assert torch.equal(gated, run(ungated, wl, parts=1))
     report = verify_paged(gated, wl)
     assert report.ok, report.summary()
 

@@ -55,12 +55,20 @@ def _definition(wl) -> torch.Tensor:
     return out
 
 
+def ungated(heads: int, top_k: int, next_n: int) -> PagedVariant:
+    """The default's point without its gate: the base the variant axes' tests change one field of."""
+    from dataclasses import replace
+
+    return replace(default_paged_variant(heads, top_k, next_n, 64), gate_tiles=0)
+
+
 @pytest.mark.parametrize(("contexts", "next_n", "heads", "shared"), [
     ([700, 1500, 0, 3, 2000], 2, 32, 0),
     ([1, 2, 600], 4, 64, 0),
     ([900, 1300, 1100], 1, 32, 8),  # prefix caching: requests 1 and 2 read request 0's first 8 blocks
     ([515, 64, 128], 3, 64, 1),
 ])
+
 def test_reference_matches_the_definition_token_by_token(contexts, next_n, heads, shared):
     wl = make_paged_workload("random", contexts, next_n, heads, 512, seed=7, shared_prefix=shared)
     ref = reference_answer(wl)
@@ -177,12 +185,12 @@ def test_wider_products_name_themselves_and_need_the_registers_they_take():
     which four math warpgroups' 104 registers cannot hold beside the weights at next_n 2."""
     from dataclasses import replace
 
-    default = default_paged_variant(64, 2048, 4, 64)
+    default = ungated(64, 2048, 4)
     assert default.columns == 64 and "_c" not in default.name
     wide = replace(default, columns=256)
     assert wide.name.endswith("_b3072_c256") and PagedVariant.from_name(wide.name) == wide
     assert wide.invalid_reason() is None
-    n2 = default_paged_variant(64, 2048, 2, 64)  # 2 rows x 64 heads: 128 columns
+    n2 = ungated(64, 2048, 2)  # 2 rows x 64 heads: 128 columns
     assert "do not cut" in replace(n2, columns=256).invalid_reason()
     assert n2.warps == 16 and "registers" in replace(n2, columns=128).invalid_reason()
     assert replace(n2, columns=128, warps=8).invalid_reason() is None
@@ -193,7 +201,7 @@ def test_one_query_stage_leaves_its_bytes_to_the_candidate_buffers():
     next_n 4 and 64 heads, 4,096 candidates a row fit where two stages held 3,072."""
     from dataclasses import replace
 
-    default = default_paged_variant(64, 2048, 4, 64)
+    default = ungated(64, 2048, 4)
     assert (default.q_stages, default.buffer) == (2, 3072) and "_q" not in default.name
     assert replace(default, buffer=4096).invalid_reason().endswith("over 232448")
     one = replace(default, q_stages=1, buffer=4096)
@@ -207,7 +215,7 @@ def test_one_query_stage_leaves_its_bytes_to_the_candidate_buffers():
 def test_compare_paged_builds_names_a_builds_variant_by_its_changed_fields():
     from tools.compare_paged_builds import built
 
-    default = default_paged_variant(64, 2048, 2, 64)
+    default = ungated(64, 2048, 2)
     assert built(default, "base", ".ablate") == (default, f".ablate/{default.name}/base.so")
     wide, path = built(default, "new:columns=128,warps=8", ".ablate")
     assert (wide.columns, wide.warps) == (128, 8) and path == f".ablate/{wide.name}/new.so"
@@ -363,7 +371,7 @@ def test_a_sampled_gate_names_itself_fits_its_buffer_and_takes_the_producers_reg
 
     from runtime.arch import MIN_PRODUCER_REGISTERS, SAMPLING_PRODUCER_REGISTERS
 
-    default = default_paged_variant(64, 2048, 4, 64)
+    default = ungated(64, 2048, 4)
     assert default.gate_tiles == 0 and "_g" not in default.name and default.producer_min == MIN_PRODUCER_REGISTERS
     gated = replace(default, gate_tiles=16)
     assert gated.name.endswith("_b3072_g16") and PagedVariant.from_name(gated.name) == gated
@@ -379,6 +387,17 @@ def test_a_sampled_gate_names_itself_fits_its_buffer_and_takes_the_producers_reg
     for heads, top_k, next_n, tiles in GATED:
         point = replace(default_paged_variant(heads, top_k, next_n, 64), gate_tiles=tiles)
         assert point.invalid_reason() is None, point.name
+
+
+def test_the_default_gates_a_step_of_several_rows_over_half_its_buffer():
+    """default_paged_variant: next_n 1 ungated (the H200 measured no gain there); next_n 2 to 4 the
+    ranked point with a gate sampled over half its buffer's keys, where that point is valid."""
+    for heads, top_k in ((32, 512), (64, 2048), (64, 1024), (32, 2048)):
+        assert default_paged_variant(heads, top_k, 1, 64).gate_tiles == 0
+        for next_n in (2, 3, 4):
+            v = default_paged_variant(heads, top_k, next_n, 64)
+            assert v.gate_tiles == v.buffer // 2 // v.key_tile > 0 and v.invalid_reason() is None, v.name
+    assert default_paged_variant(64, 2048, 4, 64).name.endswith("_w8_s3_b3072_g12")
 
 
 def test_the_selection_model_counts_what_the_kernel_does_on_scores_it_can_predict():
