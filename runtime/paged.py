@@ -430,13 +430,13 @@ def _device_facts(index: int) -> tuple[Arch | None, int]:
 
 
 @lru_cache(maxsize=1024)
-def parts_per_request(batch: int, capacity: int, top_k: int, sms: int) -> int:
+def parts_per_request(batch: int, capacity: int, top_k: int, sms: int, at_128k: int = PARTS_AT_128K_TOP_2048) -> int:
     """How many parts a request's keys are cut into (a fixed choice from the shapes: the lengths stay on
     the device). Parts of equal requests take equal time, so a launch lasts ceil(batch x parts / sms)
     parts' times: the fewest parts that come within 10% of its minimum, each at least MIN_PART_KEYS
-    tokens of the block table's capacity, and no more than the merge's balance allows
-    (PARTS_AT_128K_TOP_2048, scaled as sqrt(capacity / top_k))."""
-    balance = max(1, round(PARTS_AT_128K_TOP_2048 * math.sqrt(capacity / 131072 * 2048 / top_k)))
+    tokens of the block table's capacity, and no more than the merge's balance allows (`at_128k` parts
+    at 128K tokens and top-2048, scaled as sqrt(capacity / top_k); tools/paged_split_fit.py fits it)."""
+    balance = max(1, round(at_128k * math.sqrt(capacity / 131072 * 2048 / top_k)))
     most = max(1, min(capacity // MIN_PART_KEYS, 4 * sms, balance))
     span = {p: math.ceil(batch * p / sms) / p for p in range(1, most + 1)}  # in a whole request's scans
     best = min(span.values())
