@@ -53,16 +53,18 @@ def read_curves(paths, build: str | None) -> dict:
     return curves
 
 
-def fit(steps: dict, top_k: int, sms: int) -> tuple[int, float]:
-    """(the constant whose splits give the least geometric-mean time, that mean in ms)."""
+def mean_at(steps: dict, top_k: int, sms: int, at_128k: int) -> float:
+    """The steps' geometric-mean time (ms) at the splits the rule takes with constant at_128k."""
     from runtime.paged import parts_per_request
 
-    def mean(c: int) -> float:
-        logs = [math.log(time_at(curve, parts_per_request(b, cap, top_k, sms, c))) for (b, cap), curve in steps.items()]
-        return math.exp(sum(logs) / len(logs))
+    logs = [math.log(time_at(curve, parts_per_request(b, cap, top_k, sms, at_128k))) for (b, cap), curve in steps.items()]
+    return math.exp(sum(logs) / len(logs))
 
-    best = min(CANDIDATES, key=lambda c: (round(mean(c), 9), c))
-    return best, mean(best)
+
+def fit(steps: dict, top_k: int, sms: int) -> tuple[int, float]:
+    """(the constant whose splits give the least geometric-mean time, that mean in ms)."""
+    best = min(CANDIDATES, key=lambda c: (round(mean_at(steps, top_k, sms, c), 9), c))
+    return best, mean_at(steps, top_k, sms, best)
 
 
 def main() -> int:
@@ -76,8 +78,7 @@ def main() -> int:
 
     for (heads, top_k, next_n), steps in sorted(read_curves(args.log, args.build).items()):
         best, best_ms = fit(steps, top_k, args.sms)
-        today = math.exp(sum(math.log(time_at(c, parts_per_request(b, cap, top_k, args.sms))) for (b, cap), c in steps.items())
-                         / len(steps))
+        today = mean_at(steps, top_k, args.sms, PARTS_AT_128K_TOP_2048)
         print(f"H = {heads}, top-{top_k}, next_n {next_n}: at_128k {PARTS_AT_128K_TOP_2048} -> {best}, "
               f"geometric mean {today * 1e3:.1f} -> {best_ms * 1e3:.1f} us ({best_ms / today:.3f}x) over {len(steps)} steps")
         for (batch, capacity), curve in sorted(steps.items()):
