@@ -68,7 +68,6 @@ def ungated(heads: int, top_k: int, next_n: int) -> PagedVariant:
     ([900, 1300, 1100], 1, 32, 8),  # prefix caching: requests 1 and 2 read request 0's first 8 blocks
     ([515, 64, 128], 3, 64, 1),
 ])
-
 def test_reference_matches_the_definition_token_by_token(contexts, next_n, heads, shared):
     wl = make_paged_workload("random", contexts, next_n, heads, 512, seed=7, shared_prefix=shared)
     ref = reference_answer(wl)

@@ -13,7 +13,6 @@ and block-table widths, and prints the largest a request and the largest a step.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ def largest(lib, batches, sms: int, top_k: int) -> tuple[tuple, tuple]:
     for batch in batches:
         for capacity in WIDTHS:
             parts = parts_per_request(batch, capacity, top_k, sms)
-            size = lib.paged_topk_workspace_bytes(batch, parts)
+            size = lib.workspace_bytes(batch, parts)
             if size > per_step[0]:
                 per_step = (size, batch, capacity, parts)
             if size / batch > per_request[0]:
@@ -49,14 +48,13 @@ def main() -> int:
     args = p.parse_args()
 
     from runtime.build import build
+    from runtime.loader import PagedLibrary
     from runtime.paged_variant import default_paged_variant
 
     variants = [default_paged_variant(h, k, n, 64) for h in args.heads or (32, 64) for k in args.top_k or (512, 1024, 2048)
                 for n in args.next_n or (1, 2, 3, 4)]
     for built in build(variants):
-        lib = ctypes.CDLL(str(built.library))
-        lib.paged_topk_workspace_bytes.restype = ctypes.c_longlong
-        lib.paged_topk_workspace_bytes.argtypes = (ctypes.c_int, ctypes.c_int)
+        lib = PagedLibrary(built.variant, str(built.library))  # (opened on the CPU: nothing launches)
         top_k = built.variant.top_k
         (req, rb, rc, rp), (step, sb, sc, sp) = largest(lib, range(1, args.max_batch + 1), args.sms, top_k)
         print(f"{built.variant.name}: at most {req / 2**20:.2f} MiB a request ({rb} x {rc // 1024}K tokens, {rp} parts); "
