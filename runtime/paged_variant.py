@@ -94,10 +94,10 @@ class PagedVariant:
         k_ring = self.stages * self.key_tile * CACHE_BYTES_PER_KEY
         candidates = self.next_n * self.buffer * 8
         # rank_select's three histograms, two sets of largest and smallest a warp, a kept count a warp, base (16-byte aligned); the
-        # select scratch; counts, item per Q stage, merge flag, count and floor
+        # select scratch; counts, item per Q stage, merge flag, merge row, count and floor
         radix = -(-(3 * 256 * 4 + 20 * self.warps + 4) // 16) * 16
         gates = 4 * self.next_n if self.gate_tiles else 0  # each row's sampled gate
-        state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + (self.q_stages + 3) * 4 + gates) // 16) * 16
+        state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + (self.q_stages + 4) * 4 + gates) // 16) * 16
         return (q_ring + k_ring + candidates + state + 7) // 8 * 8 + 8 * 2 * (self.q_stages + self.stages) + 1024
 
     def invalid_reason(self) -> str | None:

@@ -106,6 +106,19 @@ def test_a_long_context_fills_the_gpu_and_stays_exact():
     assert torch.equal(out, run(variant, wl, parts=1))  # the same bytes as one CTA's scan
 
 
+@pytest.mark.parametrize("next_n", [2, 4])
+def test_rows_merged_by_several_ctas_stay_exact_with_many_more_parts_than_ctas(next_n):
+    """The CTAs of a request's last next_n parts merge its rows in parallel, all but the last waiting
+    for the other parts; with far more parts than CTAs a CTA's queued item is often a part of its own
+    request, where it must leave the rows to the others rather than wait on itself (await_parts)."""
+    wl = make_paged_workload("boundary_ties", [200_000, 70_000, 9000], next_n, 64, 2048, seed=4, device="cuda")
+    variant = default_paged_variant(64, 2048, next_n, 64)
+    one = run(variant, wl, parts=1)
+    assert verify_paged(one, wl).ok
+    for parts in (next_n, 7, 600, 3000):
+        assert torch.equal(run(variant, wl, parts), one), f"parts={parts}"
+
+
 def test_auto_serves_the_paged_kernel_and_equals_the_reference():
     wl = make_paged_workload("signed_weights", [2500, 7000, 0], 2, 32, 1024, seed=2, device="cuda")
     problem_variant = paged_variant_for(check_paged_inputs(*wl.args()))

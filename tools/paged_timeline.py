@@ -4,8 +4,8 @@ The paged kernel (templates/paged_mqa_topk_wgmma.cu.j2) compiled with -DFUSED_MQ
 for every work item (one part of one request) of every CTA:
 
     wait (its Q tile) | scan (of which: compacting the candidate buffer) | publish (its rows' lists to
-    the workspace, or with one part the answer) | merge (the CTA that finished the request's last part:
-    the other parts' lists into its buffer) | answer (that CTA: the select and the ascending write; where
+    the workspace, or with one part the answer) | merge (a CTA that merges the request's rows, its first
+    row: the other parts' lists into its buffer) | answer (that CTA: the select and the ascending write; where
     the buffer holds more than top_k, split into the select's passes, its compaction, the ascending write)
 
 and each CTA's first and last global-timer reading, so the launch's span is known beside its time by
@@ -32,7 +32,7 @@ from tools.cli import variant_tool_parser  # noqa: E402
 from tools.timeline import GLOBAL_END, GLOBAL_START, MARKS, Marks, cmd_build  # noqa: E402
 
 # The marks of an item: 0 wait, 1 Q ready, 2 scan end, 3 cycles compacting during the scan (a duration),
-# 4 published (or answered, one part), 5 merged (the merging CTA only), 6 answered (the merging CTA only),
+# 4 published (or answered, one part), 5 merged (a merging CTA's first row), 6 answered (a merging CTA's last row),
 # 7 its answer's k-th entry found (the select's passes), 8 its buffer compacted to it (row 0 of the request).
 WAIT, READY, SCANNED, COMPACTING, PUBLISHED, MERGED, ANSWERED, SELECTED, COMPACTED = range(9)
 
@@ -61,7 +61,7 @@ def launch_phases(marks) -> dict | None:
             x = m[c, e]
             items.append({"wait": x[READY] - x[WAIT], "scan": x[SCANNED] - x[READY], "compacting": x[COMPACTING],
                           "publish": x[PUBLISHED] - x[SCANNED]})
-            if x[ANSWERED]:
+            if x[ANSWERED] and x[MERGED]:  # (a CTA that waited for the parts and found every row taken merged none)
                 # the merging CTA's end on the global timer, from its clock (cycles after its first mark)
                 end_ns = starts[c] + (x[ANSWERED] - first) / max(rates[-1] if rates else 1.0, 1e-9)
                 merge = {"merge": x[MERGED] - x[PUBLISHED], "answer": x[ANSWERED] - x[MERGED], "end_ns": end_ns}

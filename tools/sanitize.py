@@ -8,7 +8,8 @@ selecting, with three and with seven selector warps on a launch whose every bloc
 parts of its keys, the gated kernel on all_equal (every block overflows and is rescanned by the
 streaming kernel compiled into the same library), the streaming wgmma and the portable mma.sync
 kernels, the dense path's logits and top-k kernels over several pieces, and the paged decode kernel
-(a step cut into parts whose lists one CTA merges, with and without the histogram's floor; and
+(a step cut into parts whose lists are merged, with and without the histogram's floor, by one CTA
+or, a row each, by several; and
 ties at the k-th place, which run its select over keys). A line passes when the tool reports 0
 errors (racecheck: 0 hazards) and the launch's answers verify.
 
@@ -57,12 +58,14 @@ def cases() -> list[tuple[str, str, int, int, str]]:
         ("streaming wgmma", default_variant(32, 2048, gated=False).name, 16, 12_000, "random"),
         ("mma.sync", default_variant(32, 2048, mma="mmasync").name, 16, 12_000, "random"),
         ("dense", default_dense_variant(32, 2048).name, 64, 12_000, "random"),
-        # (rows: requests, keys: tokens a request; four parts a request, merged by the last one's CTA)
+        # (rows: requests, keys: tokens a request; four parts a request, merged by the CTAs of the last next_n)
         ("paged, parts merged", default_paged_variant(64, 2048, 1, 64).name, 2, 9_000, "random"),
         ("paged, ties at the k-th", default_paged_variant(32, 512, 2, 64).name, 2, 3_000, "all_equal"),
         # (four lists of 2,048 overflow its 4,096-entry buffer: the merge past the histogram's floor)
         ("paged, merged past the floor", default_paged_variant(64, 2048, 2, 64).name, 2, 9_000, "random"),
         ("paged, floor on ties", default_paged_variant(64, 2048, 2, 64).name, 2, 9_000, "all_equal"),
+        # (next_n 4: the CTAs of a request's last four parts merge its rows, three of them waiting)
+        ("paged, rows merged by four CTAs", default_paged_variant(64, 2048, 4, 64).name, 2, 9_000, "random"),
     ]
 
 
