@@ -6,6 +6,8 @@ Skipped, with the reason, where there is no Hopper GPU."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import hopper_skip
@@ -106,16 +108,20 @@ def test_a_long_context_fills_the_gpu_and_stays_exact():
     assert torch.equal(out, run(variant, wl, parts=1))  # the same bytes as one CTA's scan
 
 
-@pytest.mark.parametrize("next_n", [2, 4])
-def test_rows_merged_by_several_ctas_stay_exact_with_many_more_parts_than_ctas(next_n):
-    """The CTAs of a request's last next_n parts merge its rows in parallel, all but the last waiting
-    for the other parts; with far more parts than CTAs a CTA's queued item is often a part of its own
-    request, where it must leave the rows to the others rather than wait on itself (await_parts)."""
-    wl = make_paged_workload("boundary_ties", [200_000, 70_000, 9000], next_n, 64, 2048, seed=4, device="cuda")
-    variant = default_paged_variant(64, 2048, next_n, 64)
+@pytest.mark.parametrize(("heads", "top_k", "next_n"), [(64, 2048, 4), (64, 2048, 2), (32, 512, 4), (32, 1024, 3)],
+                         ids=lambda x: str(x))
+@pytest.mark.parametrize("family", ["random", "boundary_ties", "all_equal"])
+def test_rows_merged_by_several_ctas_give_the_same_bytes_at_any_split(heads, top_k, next_n, family):
+    """`_m<next_n>`: the CTAs of a request's last next_n parts merge its rows in parallel, all but the
+    last waiting for the other parts. With far more parts than CTAs a CTA's queued item is often a part
+    of its own request, where it must leave the rows to the others rather than wait on itself
+    (await_parts); every split gives one CTA's bytes."""
+    wl = make_paged_workload(family, [200_000, 70_000, 9000, 0, 2100], next_n, heads, top_k, seed=4, device="cuda")
+    variant = replace(default_paged_variant(heads, top_k, next_n, 64), merge_ctas=next_n)
     one = run(variant, wl, parts=1)
-    assert verify_paged(one, wl).ok
-    for parts in (next_n, 7, 600, 3000):
+    report = verify_paged(one, wl)
+    assert report.ok, report.summary()
+    for parts in (2, next_n, 7, 600, 3000):
         assert torch.equal(run(variant, wl, parts), one), f"parts={parts}"
 
 
@@ -300,8 +306,6 @@ GATED = [(64, 2048, 4, 16), (64, 2048, 2, 8), (32, 512, 1, 4), (32, 512, 4, 4)] 
 def test_a_sampled_gate_gives_the_ungated_kernels_bytes(heads, top_k, next_n, gate_tiles, family, parts):
     """gate_tiles: parts longer than their buffer start each row from a sampled gate. The scores are
     the ungated kernel's, so the answers must be its bytes, and exact."""
-    from dataclasses import replace
-
     ungated = replace(default_paged_variant(heads, top_k, next_n, 64), gate_tiles=0)
     wl = make_paged_workload(family, [40000, 9000, 300, 12000], next_n, heads, top_k, seed=23, device="cuda")
     gated = run(replace(ungated, gate_tiles=gate_tiles), wl, parts)
@@ -316,8 +320,6 @@ def test_the_rescan_pass_answers_a_request_the_gate_missed(heads, top_k, next_n,
     their scales 10^4 times the others'): its rows' gates then pass fewer than top_k keys, the request
     is listed, and the second launch scans it again, ungated. The answer must still be exact, and the
     ungated kernel's bytes."""
-    from dataclasses import replace
-
     from generator.paged_workloads import lay_out_in_pages
     from generator.workloads import make_workload
 
@@ -345,8 +347,6 @@ def test_a_gated_step_and_its_rescan_pass_replay_in_a_graph():
     """The gate's two launches (the scan, then the rescan pass over the requests it missed, listed on
     the device) capture into one graph and replay with new lengths: every replay the eager call's
     answer."""
-    from dataclasses import replace
-
     variant = replace(default_paged_variant(64, 2048, 2, 64), gate_tiles=8)
     wl = make_paged_workload("increasing", [40000, 12000, 20000], 2, 64, 2048, seed=6, device="cuda", table_slack=4)
     q, cache, weights, lens, table, top_k = (x.clone() if isinstance(x, torch.Tensor) else x for x in wl.args())

@@ -211,6 +211,18 @@ def test_one_query_stage_leaves_its_bytes_to_the_candidate_buffers():
     assert "query stages" in replace(default, q_stages=3).invalid_reason()
 
 
+def test_rows_merged_by_several_ctas_name_themselves_and_fit_next_n():
+    from dataclasses import replace
+
+    default = default_paged_variant(64, 2048, 4, 64)
+    assert default.merge_ctas == 1 and "_m" not in default.name
+    four = replace(default, merge_ctas=4)
+    assert four.invalid_reason() is None and four.name.endswith("_g12_m4") and PagedVariant.from_name(four.name) == four
+    assert four.smem_bytes() >= default.smem_bytes()  # (its shared state holds the row it took)
+    assert "merging CTAs" in replace(default, merge_ctas=5).invalid_reason()
+    assert "merging CTAs" in replace(default_paged_variant(64, 2048, 1, 64), merge_ctas=2).invalid_reason()
+
+
 def test_compare_paged_builds_names_a_builds_variant_by_its_changed_fields():
     from tools.compare_paged_builds import built
 
@@ -242,7 +254,10 @@ def test_parts_fill_the_gpu_only_where_the_table_holds_long_contexts():
 def test_a_paged_build_reports_the_shared_memory_python_sums(tmp_path):
     from runtime.build import build, resource_report
 
-    variants = [default_paged_variant(64, 2048, 4, 64), default_paged_variant(32, 512, 1, 64)]
+    from dataclasses import replace
+
+    variants = [default_paged_variant(64, 2048, 4, 64), default_paged_variant(32, 512, 1, 64),
+                replace(default_paged_variant(32, 512, 2, 64), merge_ctas=2)]
     for built in build(variants, root=tmp_path):
         lib = ctypes.CDLL(str(built.library))
         assert lib.paged_topk_smem_bytes() == built.variant.smem_bytes(), built.variant.name

@@ -1,9 +1,10 @@
 """The paged kernel's merge protocol, modelled on the CPU over random schedules.
 
-templates/paged_mqa_topk_wgmma.cu.j2 (finish_part, await_parts): persistent CTAs claim work items
-(part i % parts of request i / parts) in item order into their Q stages; a part's scan ends by
-releasing its Q stage (the CTA's producer may then claim another) and publishing its lists. The CTAs
-that finish a request's last min(parts, next_n) parts take its rows from a counter and merge them;
+templates/paged_mqa_topk_wgmma.cu.j2 (finish_part, await_parts; variants `_m<ctas>`): persistent CTAs
+claim work items (part i % parts of request i / parts) in item order into their Q stages; a part's
+scan ends by releasing its Q stage (the CTA's producer may then claim another) and publishing its
+lists. The CTAs that finish a request's last min(parts, ctas) parts take its rows from a counter and
+merge them (the model takes ctas = next_n);
 all but the last part's first wait until every part is published, unless one of their request's
 parts sits in their own Q stages (claimed after their item), where they leave the rows to the others.
 The kernel also bounds the wait by its clock; the model has no such bound, so a schedule that would

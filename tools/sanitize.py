@@ -49,6 +49,7 @@ def cases() -> list[tuple[str, str, int, int, str]]:
     sw3 = dataclasses.replace(default_variant(32, 512, gated=True), key_tile=256, warps=8, sample_tiles=16,
                               select_warps=3)
     sw7 = dataclasses.replace(sw3, sample_tiles=32, select_warps=7)
+    merged4 = dataclasses.replace(default_paged_variant(64, 2048, 4, 64), merge_ctas=4)
     return [
         ("gated", gated.name, 16, 20_000, "random"),
         ("selector warps, split tail", sw3.name, 16, 20_000, "random"),
@@ -58,14 +59,14 @@ def cases() -> list[tuple[str, str, int, int, str]]:
         ("streaming wgmma", default_variant(32, 2048, gated=False).name, 16, 12_000, "random"),
         ("mma.sync", default_variant(32, 2048, mma="mmasync").name, 16, 12_000, "random"),
         ("dense", default_dense_variant(32, 2048).name, 64, 12_000, "random"),
-        # (rows: requests, keys: tokens a request; four parts a request, merged by the CTAs of the last next_n)
+        # (rows: requests, keys: tokens a request; four parts a request, merged by the last one's CTA)
         ("paged, parts merged", default_paged_variant(64, 2048, 1, 64).name, 2, 9_000, "random"),
         ("paged, ties at the k-th", default_paged_variant(32, 512, 2, 64).name, 2, 3_000, "all_equal"),
         # (four lists of 2,048 overflow its 4,096-entry buffer: the merge past the histogram's floor)
         ("paged, merged past the floor", default_paged_variant(64, 2048, 2, 64).name, 2, 9_000, "random"),
         ("paged, floor on ties", default_paged_variant(64, 2048, 2, 64).name, 2, 9_000, "all_equal"),
-        # (next_n 4: the CTAs of a request's last four parts merge its rows, three of them waiting)
-        ("paged, rows merged by four CTAs", default_paged_variant(64, 2048, 4, 64).name, 2, 9_000, "random"),
+        # (`_m4`: the CTAs of a request's last four parts merge its rows, three of them waiting)
+        ("paged, rows merged by four CTAs", merged4.name, 2, 9_000, "random"),
     ]
 
 
