@@ -45,7 +45,7 @@ class PagedVariant:
     columns: int = 64  # (row, head) columns a product and its head sum take (the template's kColumns)
     gate_tiles: int = 0  # tiles a part's sampled gate scores first (0: no gate; the template's kGateTiles)
     merge_ctas: int = 1  # CTAs that merge a request's rows, those of its last parts (the template's kMergeCtas)
-    overlap: int = 0  # 1: group g + 1's product runs during group g's head sum (the template's kOverlapGroups)
+    overlap: int = 0  # 1: group g + 1's product runs during group g's head sum (the template's kOverlapGroups; weights from shared memory)
 
     template = "paged_mqa_topk_wgmma.cu.j2"
     kernels = ("paged_mqa_topk_kernel",)
@@ -94,12 +94,6 @@ class PagedVariant:
         """Registers a math thread gets after setmaxnreg (the template's Shape::kMathRegisters)."""
         return wgmma_math_registers(self.threads, 32 * self.warps, self.producer_min)
 
-    @property
-    def overlaps_groups(self) -> bool:
-        """Whether group g + 1's product runs while group g's head sum does (the template's
-        kOverlapGroups; the weights then come from shared memory)."""
-        return bool(self.overlap)
-
     def smem_bytes(self) -> int:
         """The template's kSmemBytes (pipeline::SpaceAgrees: a wrong sum here fails the build)."""
         q_ring = self.q_stages * self.rows * self.heads * DIM
@@ -109,7 +103,7 @@ class PagedVariant:
         # select scratch; counts, item per Q stage, merge flag, merge row (merge_ctas > 1), count and floor
         radix = -(-(3 * 256 * 4 + 20 * self.warps + 4) // 16) * 16
         gates = 4 * self.next_n if self.gate_tiles else 0  # each row's sampled gate
-        radix += 4 * self.rows * self.heads if self.overlaps_groups else 0  # each quad lane's weights
+        radix += 4 * self.rows * self.heads if self.overlap else 0  # each quad lane's weights
         state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + (self.q_stages + (4 if self.merge_ctas > 1 else 3)) * 4 + gates) // 16) * 16
         return (q_ring + k_ring + candidates + state + 7) // 8 * 8 + 8 * 2 * (self.q_stages + self.stages) + 1024
 

@@ -262,9 +262,9 @@ def test_parts_fill_the_gpu_only_where_the_table_holds_long_contexts():
 
 @requires_nvcc
 def test_a_paged_build_reports_the_shared_memory_python_sums(tmp_path):
-    from runtime.build import build, resource_report
-
     from dataclasses import replace
+
+    from runtime.build import build, resource_report
 
     variants = [default_paged_variant(64, 2048, 4, 64), default_paged_variant(32, 512, 1, 64),
                 replace(default_paged_variant(32, 512, 2, 64), merge_ctas=2),

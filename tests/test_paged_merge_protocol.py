@@ -4,9 +4,9 @@ templates/paged_mqa_topk_wgmma.cu.j2 (finish_part, await_parts; variants `_m<cta
 claim work items (part i % parts of request i / parts) in item order into their Q stages; a part's
 scan ends by releasing its Q stage (the CTA's producer may then claim another) and publishing its
 lists. The CTAs that finish a request's last min(parts, ctas) parts take its rows from a counter and
-merge them (the model takes ctas = next_n);
-all but the last part's first wait until every part is published, unless one of their request's
-parts sits in their own Q stages (claimed after their item), where they leave the rows to the others.
+merge them (the model takes ctas = next_n); all but the last part's first wait until every part is
+published, unless one of their request's parts sits in their own Q stages (claimed after their
+item), where they leave the rows to the others.
 The kernel also bounds the wait by its clock; the model has no such bound, so a schedule that would
 deadlock without it shows here as a run that never ends.
 
