@@ -150,7 +150,8 @@ def default_paged_variant(heads: int, top_k: int, next_n: int, block_size: int, 
     latency), a larger buffer still (up to four times top_k: fewer compactions, cheaper merges), more
     stages; at next_n 2 to 4, a gate sampled over half the buffer's keys (where it fits: a part longer
     than its buffer then compacts a few times, not every few tiles, and places fewer candidates; at
-    next_n 1 the H200 measured no gain). None where nothing fits."""
+    next_n 1 the H200 measured no gain), and its rows merged in parallel by the CTAs of a request's
+    last next_n parts (`_m<next_n>`). None where nothing fits."""
     points = [PagedVariant(arch, heads, top_k, next_n, block_size, warps, stages, buffer)
               for warps in (16, 12, 8, 4) for stages in (4, 3, 2)
               for buffer in (4 * top_k, 2 * top_k, top_k + 1024, top_k + 512, top_k + 256)]
@@ -159,5 +160,7 @@ def default_paged_variant(heads: int, top_k: int, next_n: int, block_size: int, 
     best = max(valid, key=rank, default=None)
     if best is None or next_n == 1:
         return best
+    merged = replace(best, merge_ctas=next_n)
+    best = merged if merged.invalid_reason() is None else best
     gated = replace(best, gate_tiles=best.buffer // 2 // best.key_tile)
     return gated if gated.invalid_reason() is None else best

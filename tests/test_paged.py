@@ -214,9 +214,9 @@ def test_one_query_stage_leaves_its_bytes_to_the_candidate_buffers():
 def test_rows_merged_by_several_ctas_name_themselves_and_fit_next_n():
     from dataclasses import replace
 
-    default = default_paged_variant(64, 2048, 4, 64)
-    assert default.merge_ctas == 1 and "_m" not in default.name
-    four = replace(default, merge_ctas=4)
+    four = default_paged_variant(64, 2048, 4, 64)
+    default = replace(four, merge_ctas=1)
+    assert "_m" not in default.name and "_m" not in default_paged_variant(64, 2048, 1, 64).name
     assert four.invalid_reason() is None and four.name.endswith("_g12_m4") and PagedVariant.from_name(four.name) == four
     assert four.smem_bytes() >= default.smem_bytes()  # (its shared state holds the row it took)
     assert "merging CTAs" in replace(default, merge_ctas=5).invalid_reason()
