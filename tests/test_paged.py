@@ -56,10 +56,11 @@ def _definition(wl) -> torch.Tensor:
 
 
 def ungated(heads: int, top_k: int, next_n: int) -> PagedVariant:
-    """The default's point without its gate: the base the variant axes' tests change one field of."""
+    """The default's point without its gate and its parallel merge: the base the variant axes' tests
+    change one field of."""
     from dataclasses import replace
 
-    return replace(default_paged_variant(heads, top_k, next_n, 64), gate_tiles=0)
+    return replace(default_paged_variant(heads, top_k, next_n, 64), gate_tiles=0, merge_ctas=1)
 
 
 @pytest.mark.parametrize(("contexts", "next_n", "heads", "shared"), [
@@ -414,15 +415,18 @@ def test_a_sampled_gate_names_itself_fits_its_buffer_and_takes_the_producers_reg
         assert point.invalid_reason() is None, point.name
 
 
-def test_the_default_gates_a_step_of_several_rows_over_half_its_buffer():
-    """default_paged_variant: next_n 1 ungated (the H200 measured no gain there); next_n 2 to 4 the
-    ranked point with a gate sampled over half its buffer's keys, where that point is valid."""
+def test_the_default_gates_and_merges_a_step_of_several_rows():
+    """default_paged_variant: next_n 1 ungated, one merging CTA (the H200 measured no gain from a gate
+    there); next_n 2 to 4 the ranked point with a gate sampled over half its buffer's keys and its rows
+    merged by the CTAs of a request's last next_n parts, where that point is valid."""
     for heads, top_k in ((32, 512), (64, 2048), (64, 1024), (32, 2048)):
-        assert default_paged_variant(heads, top_k, 1, 64).gate_tiles == 0
+        one = default_paged_variant(heads, top_k, 1, 64)
+        assert one.gate_tiles == 0 and one.merge_ctas == 1
         for next_n in (2, 3, 4):
             v = default_paged_variant(heads, top_k, next_n, 64)
             assert v.gate_tiles == v.buffer // 2 // v.key_tile > 0 and v.invalid_reason() is None, v.name
-    assert default_paged_variant(64, 2048, 4, 64).name.endswith("_w8_s3_b3072_g12")
+            assert v.merge_ctas == next_n, v.name
+    assert default_paged_variant(64, 2048, 4, 64).name.endswith("_w8_s3_b3072_g12_m4")
 
 
 def test_the_selection_model_counts_what_the_kernel_does_on_scores_it_can_predict():
