@@ -7,8 +7,7 @@ two, `_c128` (or `_c256`) where a product takes that many (row, head) columns in
 `_g<tiles>` where a part starts each row from a gate sampled over that many tiles (and a second launch
 rescans the requests it missed), and `_m<ctas>` where the CTAs of a request's last that many parts
 merge its rows in parallel (a row each from a counter) instead of the last part's CTA merging every row
-in turn, and `_o1` where group g + 1's product runs during group g's head sum (two accumulator sets;
-the weights from shared memory). It parses back (PagedVariant.from_name).
+in turn. It parses back (PagedVariant.from_name).
 """
 
 from __future__ import annotations
@@ -45,13 +44,12 @@ class PagedVariant:
     columns: int = 64  # (row, head) columns a product and its head sum take (the template's kColumns)
     gate_tiles: int = 0  # tiles a part's sampled gate scores first (0: no gate; the template's kGateTiles)
     merge_ctas: int = 1  # CTAs that merge a request's rows, those of its last parts (the template's kMergeCtas)
-    overlap: int = 0  # 1: group g + 1's product runs during group g's head sum (the template's kOverlapGroups; weights from shared memory)
 
     template = "paged_mqa_topk_wgmma.cu.j2"
     kernels = ("paged_mqa_topk_kernel",)
     _PATTERN = re.compile(
         r"^paged_topk_wgmma_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_n(?P<next_n>\d+)_p(?P<block_size>\d+)"
-        r"_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_q(?P<q_stages>\d+))?(?:_c(?P<columns>\d+))?(?:_g(?P<gate_tiles>\d+))?(?:_m(?P<merge_ctas>\d+))?(?:_o(?P<overlap>\d+))?$"
+        r"_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_q(?P<q_stages>\d+))?(?:_c(?P<columns>\d+))?(?:_g(?P<gate_tiles>\d+))?(?:_m(?P<merge_ctas>\d+))?$"
     )
 
     @cached_property
@@ -59,7 +57,7 @@ class PagedVariant:
         return (f"paged_topk_wgmma_{self.arch}_h{self.heads}_k{self.top_k}_n{self.next_n}_p{self.block_size}"
                 f"_w{self.warps}_s{self.stages}_b{self.buffer}" + (f"_q{self.q_stages}" if self.q_stages != 2 else "")
                 + (f"_c{self.columns}" if self.columns != 64 else "") + (f"_g{self.gate_tiles}" if self.gate_tiles else "")
-                + (f"_m{self.merge_ctas}" if self.merge_ctas != 1 else "") + ("_o1" if self.overlap else ""))
+                + (f"_m{self.merge_ctas}" if self.merge_ctas != 1 else ""))
 
     @classmethod
     def from_name(cls, name: str) -> PagedVariant:
@@ -103,7 +101,6 @@ class PagedVariant:
         # select scratch; counts, item per Q stage, merge flag, merge row (merge_ctas > 1), count and floor
         radix = -(-(3 * 256 * 4 + 20 * self.warps + 4) // 16) * 16
         gates = 4 * self.next_n if self.gate_tiles else 0  # each row's sampled gate
-        radix += 4 * self.rows * self.heads if self.overlap else 0  # each quad lane's weights
         state = -(-(radix + RADIX_SCRATCH_BYTES + 4 * self.next_n + (self.q_stages + (4 if self.merge_ctas > 1 else 3)) * 4 + gates) // 16) * 16
         return (q_ring + k_ring + candidates + state + 7) // 8 * 8 + 8 * 2 * (self.q_stages + self.stages) + 1024
 
@@ -127,8 +124,6 @@ class PagedVariant:
             return f"{self.q_stages} query stages: one or two"
         if not 1 <= self.merge_ctas <= self.next_n:
             return f"{self.merge_ctas} merging CTAs for {self.next_n} rows a request"
-        if self.overlap not in (0, 1) or self.overlap and (self.rows * self.heads == self.columns or self.math_registers < 200):
-            return "overlapping products need two groups of columns and two math warpgroups' registers"
         if self.gate_tiles < 0 or self.gate_tiles * self.key_tile > self.buffer - self.key_tile:
             return f"a sample of {self.gate_tiles} tiles must leave the buffer of {self.buffer} a tile"
         if self.buffer < self.top_k + self.key_tile or self.buffer % (32 * self.warps) or self.top_k % (32 * self.warps):

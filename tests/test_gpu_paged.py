@@ -125,18 +125,6 @@ def test_rows_merged_by_several_ctas_give_the_same_bytes_at_any_split(heads, top
         assert torch.equal(run(variant, wl, parts), one), f"parts={parts}"
 
 
-@pytest.mark.parametrize(("heads", "top_k", "next_n"), [(64, 2048, 4), (64, 1024, 3), (32, 2048, 4)], ids=lambda x: str(x))
-@pytest.mark.parametrize("family", ["random", "boundary_ties", "signed_weights"])
-def test_overlapped_products_give_the_defaults_bytes(heads, top_k, next_n, family):
-    """`_o1` runs group g + 1's product during group g's head sum and reads its weights from shared
-    memory; the groups' sums add up in the same order, so the answers are the same bytes."""
-    wl = make_paged_workload(family, [40_000, 9000, 300, 0], next_n, heads, top_k, seed=6, device="cuda")
-    variant = default_paged_variant(heads, top_k, next_n, 64)
-    for parts in (1, 3):
-        assert torch.equal(run(replace(variant, overlap=1), wl, parts), run(variant, wl, parts)), f"parts={parts}"
-    assert verify_paged(run(replace(variant, overlap=1), wl, 3), wl).ok
-
-
 def test_auto_serves_the_paged_kernel_and_equals_the_reference():
     wl = make_paged_workload("signed_weights", [2500, 7000, 0], 2, 32, 1024, seed=2, device="cuda")
     problem_variant = paged_variant_for(check_paged_inputs(*wl.args()))

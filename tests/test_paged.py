@@ -224,16 +224,6 @@ def test_rows_merged_by_several_ctas_name_themselves_and_fit_next_n():
     assert "merging CTAs" in replace(default_paged_variant(64, 2048, 1, 64), merge_ctas=2).invalid_reason()
 
 
-def test_overlapped_products_name_themselves_and_need_two_groups_and_the_registers():
-    from dataclasses import replace
-
-    four = replace(default_paged_variant(64, 2048, 4, 64), overlap=1)
-    assert four.invalid_reason() is None and four.name.endswith("_o1") and PagedVariant.from_name(four.name) == four
-    assert four.smem_bytes() == replace(four, overlap=0).smem_bytes() + 4 * 4 * 64  # (each quad lane's weights)
-    assert "two groups" in replace(default_paged_variant(64, 2048, 1, 64), overlap=1).invalid_reason()  # one group
-    assert "two groups" in replace(default_paged_variant(32, 512, 4, 64), overlap=1).invalid_reason()  # 104 registers
-
-
 def test_compare_paged_builds_names_a_builds_variant_by_its_changed_fields():
     from tools.compare_paged_builds import built
 
@@ -268,8 +258,7 @@ def test_a_paged_build_reports_the_shared_memory_python_sums(tmp_path):
     from runtime.build import build, resource_report
 
     variants = [default_paged_variant(64, 2048, 4, 64), default_paged_variant(32, 512, 1, 64),
-                replace(default_paged_variant(32, 512, 2, 64), merge_ctas=2),
-                replace(default_paged_variant(64, 2048, 4, 64), overlap=1)]
+                replace(default_paged_variant(32, 512, 2, 64), merge_ctas=1)]
     for built in build(variants, root=tmp_path):
         lib = ctypes.CDLL(str(built.library))
         assert lib.paged_topk_smem_bytes() == built.variant.smem_bytes(), built.variant.name
