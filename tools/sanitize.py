@@ -49,7 +49,6 @@ def cases() -> list[tuple[str, str, int, int, str]]:
     sw3 = dataclasses.replace(default_variant(32, 512, gated=True), key_tile=256, warps=8, sample_tiles=16,
                               select_warps=3)
     sw7 = dataclasses.replace(sw3, sample_tiles=32, select_warps=7)
-    merged4 = dataclasses.replace(default_paged_variant(64, 2048, 4, 64), merge_ctas=4)
     return [
         ("gated", gated.name, 16, 20_000, "random"),
         ("selector warps, split tail", sw3.name, 16, 20_000, "random"),
@@ -65,8 +64,9 @@ def cases() -> list[tuple[str, str, int, int, str]]:
         # (four lists of 2,048 overflow its 4,096-entry buffer: the merge past the histogram's floor)
         ("paged, merged past the floor", default_paged_variant(64, 2048, 2, 64).name, 2, 9_000, "random"),
         ("paged, floor on ties", default_paged_variant(64, 2048, 2, 64).name, 2, 9_000, "all_equal"),
-        # (`_m4`: the CTAs of a request's last four parts merge its rows, three of them waiting)
-        ("paged, rows merged by four CTAs", merged4.name, 2, 9_000, "random"),
+        # (the next_n 4 default, `_m4`: the CTAs of a request's last four parts merge its rows, three
+        # of them waiting)
+        ("paged, rows merged by four CTAs", default_paged_variant(64, 2048, 4, 64).name, 2, 9_000, "random"),
     ]
 
 
