@@ -117,7 +117,8 @@ def test_rows_merged_by_several_ctas_give_the_same_bytes_at_any_split(heads, top
     of its own request, where it must leave the rows to the others rather than wait on itself
     (await_parts); every split gives one CTA's bytes."""
     wl = make_paged_workload(family, [200_000, 70_000, 9000, 0, 2100], next_n, heads, top_k, seed=4, device="cuda")
-    variant = replace(default_paged_variant(heads, top_k, next_n, 64), merge_ctas=next_n)
+    variant = default_paged_variant(heads, top_k, next_n, 64)
+    assert variant.merge_ctas == next_n  # (the default at next_n 2 to 4)
     one = run(variant, wl, parts=1)
     report = verify_paged(one, wl)
     assert report.ok, report.summary()
