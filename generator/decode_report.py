@@ -2,7 +2,9 @@
 gives them: from the JSON lines `python -m generator decode` writes (ours: paged_bench.time_step's
 rows) and a file of the serving path's times on the same steps ({"batch", "context", "next_n",
 "heads", "top_k", "graph_ms", "eager_ms"} a line), the ratios by step, by next_n and over all, and
-the share of the HBM floor. No GPU needed: `python -m generator decode --report OURS --serving THEIRS`."""
+the share of the HBM floor and, where the run recorded its fp8 rate, of the step's bound (the larger of
+the HBM floor and its products at that rate: at next_n 4 and H = 64 the products', 1.75x the HBM floor
+on an H200). No GPU needed: `python -m generator decode --report OURS --serving THEIRS`."""
 
 from __future__ import annotations
 
@@ -14,6 +16,17 @@ from .timing import geometric_mean
 
 STEP = ("batch", "context", "next_n", "heads", "top_k")
 FLOOR_FROM_TOKENS = 512 * 1024  # the steps whose floor share is reported: at least 64 MiB of cache read
+FP8_RATE = "fp8_tflops_sustained"  # the head line's key for torch._scaled_mm's sustained rate of the run
+
+
+def read_head(path: str | Path) -> dict:
+    """A file's first line that is not a step (the run's copy rate, GPU, fp8 rate), or {}."""
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if not all(k in row for k in STEP):
+                return row
+    return {}
 
 
 def read_steps(path: str | Path) -> dict[tuple, dict]:
@@ -64,9 +77,22 @@ def floor_shares(pairs: list[tuple[dict, dict]]) -> dict[int, tuple[float, float
                 max(b for _, b in v)) for n, v in sorted(by_n.items())}
 
 
-def markdown(pairs: list[tuple[dict, dict]]) -> str:
+def products_ms(row: dict, tflops: float) -> float:
+    """The time a step's products take at `tflops`: each of a request's next_n rows scores the keys it
+    sees (row j of B x context: context - next_n + j + 1) over every head, 2 x 128 FLOPs a (head, key)."""
+    n = row["next_n"]
+    pairs = row["batch"] * (n * row["context"] - n * (n - 1) // 2)
+    return 2 * row["heads"] * 128 * pairs / (tflops * 1e12) * 1e3
+
+
+def bound_shares(pairs: list[tuple[dict, dict]], tflops: float) -> dict[int, tuple[float, float, float, float]]:
+    """floor_shares against each step's bound: the larger of its HBM floor and products_ms at `tflops`."""
+    return floor_shares([({**o, "floor_ms": max(o["floor_ms"], products_ms(o, tflops))}, t) for o, t in pairs])
+
+
+def markdown(pairs: list[tuple[dict, dict]], tflops: float | None = None) -> str:
     """The step table (theirs over ours, graph-replayed with the layout given, geometric mean over heads
-    and top-k), the summary and the floor shares, as markdown."""
+    and top-k), the summary and the floor shares (and, given the run's fp8 rate, the bound's), as markdown."""
     if not pairs:
         return "no step is in both files\n"
     cells = defaultdict(list)
@@ -92,8 +118,13 @@ def markdown(pairs: list[tuple[dict, dict]]) -> str:
         lines += ["", f"Share of the HBM floor, steps of at least {FLOOR_FROM_TOKENS >> 10}K tokens (geometric mean / "
                   "best): " + "; ".join(f"next_n {n}: ours {a:.2f} / {b:.2f}, theirs {c:.2f} / {d:.2f}"
                                          for n, (a, b, c, d) in shares.items())]
+    if shares and tflops:
+        lines += ["", f"Share of the step's bound, the larger of the HBM floor and the products at {tflops:,.0f} TFLOP/s "
+                  "(the run's sustained fp8 rate), the same steps: " + "; ".join(
+                      f"next_n {n}: ours {a:.2f} / {b:.2f}, theirs {c:.2f} / {d:.2f}"
+                      for n, (a, b, c, d) in bound_shares(pairs, tflops).items())]
     return "\n".join(lines) + "\n"
 
 
 def report(ours_path: str | Path, theirs_path: str | Path) -> str:
-    return markdown(paired(read_steps(ours_path), read_steps(theirs_path)))
+    return markdown(paired(read_steps(ours_path), read_steps(theirs_path)), read_head(ours_path).get(FP8_RATE))

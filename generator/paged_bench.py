@@ -38,6 +38,16 @@ def copy_rate(nbytes: int = 2 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
+def run_head(rate: float) -> dict:
+    """A timing file's first line: the copy rate (the HBM floor's), the GPU, and torch._scaled_mm's fp8
+    rate sustained over 3 s (the products' floor on a power-capped card: decode_report's step bound)."""
+    from .decode_report import FP8_RATE
+    from .timing import scaled_mm_tflops
+
+    return {"copy_rate_bytes_per_s": rate, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            FP8_RATE: scaled_mm_tflops(seconds=3.0)}
+
+
 # The data a step is timed on. The streaming top-k's cost depends on how often a tile's keys beat its
 # running threshold: random data settles it early; recency (scores rising along the context, as an
 # indexer's do near the query) keeps raising it, the worst case of a streaming selection.
@@ -150,7 +160,7 @@ def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_k
           gathered: bool = True, memory_limit: int = 48 << 30, distributions=("positive",), dense: bool = False) -> list[dict]:
     """Every point of the grid whose cache fits memory_limit, one json line each, and the copy rate first."""
     rate = copy_rate()
-    print(json.dumps({"copy_rate_bytes_per_s": rate, "gpu": torch.cuda.get_device_name()}), file=out, flush=True)
+    print(json.dumps(run_head(rate)), file=out, flush=True)
     rows = []
     for distribution, batch, context in itertools.product(distributions, batches, contexts):
         if batch * context * CACHE_BYTES_PER_KEY > memory_limit:

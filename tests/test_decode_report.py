@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.decode_report import paired, read_steps, report, summary
+from generator.decode_report import FP8_RATE, paired, products_ms, read_steps, report, summary
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "docs" / "results"
@@ -56,3 +56,25 @@ def test_report_and_serving_go_together():
     done = subprocess.run([sys.executable, "-m", "generator", "decode", "--report", "x.jsonl"], cwd=REPO,
                           capture_output=True, text=True)
     assert done.returncode == 2 and "--serving" in done.stderr
+
+
+def test_the_bound_is_the_products_where_they_take_longer_than_the_floor(tmp_path):
+    """With the run's fp8 rate in its head line the report adds each step's share of its bound, the larger of
+    the HBM floor and the products at that rate; without it, only the floor's share (as older runs read)."""
+    # 256 x 2K at next_n 4, H = 64: 256 x (4 x 2048 - 6) visible pairs x 2 x 64 x 128 FLOPs = 34.3 GFLOP, 0.137 ms
+    # at 250 TFLOP/s, above its floor of 0.1 ms; at next_n 1 about a quarter of that, under it.
+    ours = [step(256, 524288 // 256, 4, graph_ms=0.4, layout_graph_ms=0.2, layout_eager_ms=1.0, floor_ms=0.1),
+            step(256, 524288 // 256, 1, graph_ms=0.4, layout_graph_ms=0.2, layout_eager_ms=1.0, floor_ms=0.1)]
+    theirs = [step(256, 524288 // 256, 4, graph_ms=0.5, eager_ms=1.0), step(256, 524288 // 256, 1, graph_ms=0.5, eager_ms=1.0)]
+    assert products_ms(ours[0], 1000.0) == pytest.approx(256 * (4 * 2048 - 6) * 2 * 64 * 128 / 1e15 * 1e3)
+    (tmp_path / "theirs.jsonl").write_text("\n".join(json.dumps(r) for r in theirs))
+    for head, bound in [({"copy_rate_bytes_per_s": 1.0}, False), ({"copy_rate_bytes_per_s": 1.0, FP8_RATE: 250.0}, True)]:
+        (tmp_path / "ours.jsonl").write_text("\n".join(json.dumps(r) for r in [head] + ours))
+        text = report(tmp_path / "ours.jsonl", tmp_path / "theirs.jsonl")
+        assert "next_n 4: ours 0.50 / 0.50, theirs 0.20 / 0.20" in text  # the HBM floor's share either way
+        assert ("Share of the step's bound" in text) == bound
+    products = products_ms(ours[0], 250.0)
+    assert products > 0.1 > products_ms(ours[1], 250.0)
+    bound_line = text.split("Share of the step's bound")[1]
+    assert f"next_n 4: ours {products / 0.2:.2f} / {products / 0.2:.2f}, theirs {products / 0.5:.2f}" in bound_line
+    assert "next_n 1: ours 0.50 / 0.50, theirs 0.20 / 0.20" in bound_line  # (the floor, where it is the larger)
