@@ -192,6 +192,9 @@ def parser() -> argparse.ArgumentParser:
                    help="every variant a tuned table dispatches or a default names, and every dense variant, on "
                         "every family; selector-warp variants also on launches whose tail is split; on Hopper every "
                         "shipped paged decode variant on every family laid out in pages")
+    p.add_argument("--decode", action="store_true",
+                   help="with --shipped: only its decode checks (the paged decode variants and the dense decode path, "
+                        "on Hopper), for a change that touches decode alone")
     p.add_argument("--large", action="append", default=[], metavar="MxN", help="spot-check a large causal chunk")
     p.add_argument("--sample-rows", type=int, default=48, help="rows verified in a --large chunk")
     p.add_argument("--time", action="append", default=[], metavar="MxN", help="time fused vs dense on a causal chunk")

@@ -309,6 +309,14 @@ def shipped_paged_checks(families: Iterable[str]) -> list[Pending]:
     return checks
 
 
+def shipped_plan(families: Iterable[str], rows: int, keys: int, sms: int, arch: str, decode: bool) -> list[Pending]:
+    """`check --shipped`'s checks: the prefill ones (none with --decode), then on Hopper the decode ones (the
+    paged kernel is Hopper's; other GPUs gather and take the prefill paths)."""
+    families = list(families)
+    plan = [] if decode else shipped_checks(families, rows, keys, sms)
+    return plan + (shipped_paged_checks(families) if arch == "sm90a" else [])
+
+
 def time_pair(variant: Variant, rows: int, keys: int, seed: int = 0) -> dict:
     wl = make_workload("random", rows, keys, variant.heads, variant.top_k, seed=seed, device="cuda")
     args = wl.args()
@@ -337,6 +345,9 @@ def main(args) -> int:
     if args.resume and not args.log:
         print("check: --resume reads the checks already passed from --log; give --log FILE")
         return 2
+    if args.decode and not args.shipped:
+        print("check: --decode narrows --shipped to its decode checks; give --shipped too")
+        return 2
     if not torch.cuda.is_available():
         print("check needs a CUDA GPU (it runs kernels); without one, run the CPU tests (README).")
         return 2
@@ -359,9 +370,8 @@ def main(args) -> int:
     families = args.family or list(FAMILIES)
     pending: list[Pending] = []
     if args.shipped:
-        pending += shipped_checks(families, args.rows, args.keys, torch.cuda.get_device_properties(0).multi_processor_count)
-        if arch.name == "sm90a":  # (the paged kernel is Hopper's; other GPUs gather and take the prefill paths)
-            pending += shipped_paged_checks(families)
+        pending += shipped_plan(families, args.rows, args.keys, torch.cuda.get_device_properties(0).multi_processor_count,
+                                arch.name, args.decode)
         variants = []
     for v in variants:
         for i, fam in enumerate(families):

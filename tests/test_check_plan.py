@@ -2,7 +2,10 @@
 run cut short finished by --resume without repeating or skipping a check."""
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 from generator import check
@@ -10,6 +13,8 @@ from generator.check import Check, Pending, passed_in_log, run_checks, shipped_c
 from generator.provenance import code_digest
 from generator.shipped import shipped_dense_variants, shipped_paged_variants, shipped_variants
 from generator.workloads import FAMILIES
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_checks_are_named_uniquely_and_cover_every_shipped_variant():
@@ -112,3 +117,15 @@ def test_resume_needs_a_log(capsys):
     args = SimpleNamespace(resume=True, log=None)
     assert check.main(args) == 2
     assert "--log" in capsys.readouterr().out
+
+
+def test_decode_narrows_shipped_to_the_paged_checks_and_needs_it(capsys):
+    whole = [c.what for c in check.shipped_plan(FAMILIES, 384, 12_288, 132, "sm90a", decode=False)]
+    decode = [c.what for c in check.shipped_plan(FAMILIES, 384, 12_288, 132, "sm90a", decode=True)]
+    paged = [c.what for c in shipped_paged_checks(FAMILIES)]
+    assert decode == paged and whole[-len(paged):] == paged and len(whole) > len(paged)
+    assert check.shipped_plan(FAMILIES, 384, 12_288, 132, "sm100a", decode=True) == []
+    assert check.main(SimpleNamespace(resume=False, log=None, decode=True, shipped=False)) == 2
+    assert "--shipped" in capsys.readouterr().out
+    done = subprocess.run([sys.executable, "-m", "generator", "check", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert "--decode" in done.stdout
