@@ -283,8 +283,11 @@ def tune_decode_table(path=None, heads=HEADS, top_ks=TUNE_TOP_K, batches=TUNE_BA
     entries = tune_decode(batches, contexts, next_ns, heads, top_ks, out=out)
     identity = device_identity(torch.cuda.current_device())
     path = Path(path) if path else decode_table_path(identity.key)
+    # portable_arch: every library of the grid fits any GPU of the arch, so one without a decode table of
+    # its own may borrow this one (runtime.decode_table.decode_table).
     save_decode_table(path, identity.key, entries, {"gpu": identity.name, "sms": identity.sms,
-                                                    "torch": torch.__version__, "command": command})
+                                                    "portable_arch": identity.arch, "torch": torch.__version__,
+                                                    "command": command})
     dense = sum(e.use(False) == "dense" for e in entries)
     planned = sum(e.use(True) == "dense" for e in entries)
     log(f"decode table: {len(entries)} steps to {path}; the dense path is faster on {dense} as called, on {planned} "

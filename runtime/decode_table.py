@@ -2,8 +2,10 @@
 per-GPU table of both paths' times (`python -m generator decode --tune` writes it).
 
 One JSON file per GPU model in a `decode` folder beside the prefill tables (the user's, read first,
-then the shipped tuned_configs/decode/), plain data:
-    {"identity": "H200-132SM", "code": "<paged digest>.<prefill digest>", "entries": [{"heads": 64,
+then the shipped tuned_configs/decode/; a GPU without one borrows, as for prefill, the table of its
+arch timed on the GPU nearest in SM count), plain data:
+    {"identity": "H200-132SM", "code": "<paged digest>.<prefill digest>", "sms": 132, "portable_arch": "sm90a",
+     "entries": [{"heads": 64,
       "top_k": 2048, "next_n": 1, "batch": 1, "context": 8192, "kernel_ms": 0.035, "dense_ms": 0.026,
       "dense_planned_ms": 0.011}, ...]}
 `dense_ms` is the dense path as called with no layout (it lays the step out itself: a few small
@@ -25,7 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from .kernel_code import code_digest, paged_code_digest
-from .table import find_table, mtime_ns, recently_looked, table_dir, table_path
+from .gpu import GpuIdentity
+from .table import mtime_ns, recently_looked, table_dir, table_for, table_path
 
 DECODE_FOLDER = "decode"
 # The dense path is taken only where it beat the kernel by more than this share of the kernel's time
@@ -70,6 +73,7 @@ class DecodeTable:
     path: Path | None
     entries: tuple[DecodeEntry, ...]  # those timed on this package's kernel code
     why: str  # where the entries come from, or why there are none
+    borrowed: bool = False  # timed on another GPU of this one's arch (runtime.table.table_for)
     _nearest: dict = field(default_factory=dict, compare=False, repr=False)  # (the lookups made, kept)
 
     def nearest(self, heads: int, top_k: int, next_n: int, batch: int, context: int) -> DecodeEntry | None:
@@ -81,28 +85,32 @@ class DecodeTable:
         return self._nearest[key]
 
 
-def decode_table(key: str) -> DecodeTable:
-    """The decode entries dispatch reads for the GPU identity key. Asked on every automatic call: the
-    files are looked at again at most every RECHECK_S seconds (runtime.table.recently_looked)."""
+def decode_table(identity: GpuIdentity) -> DecodeTable:
+    """The decode entries dispatch reads for this GPU: its own table (the user's, else the shipped one),
+    else one timed on the GPU of its arch nearest in SM count (runtime.table.table_for: every paged and
+    dense decode build fits every GPU of the arch; where each path wins was measured there, not here).
+    Asked on every automatic call: the files are looked at again at most every RECHECK_S seconds
+    (runtime.table.recently_looked)."""
     def look() -> DecodeTable:
-        path = find_table(key, DECODE_FOLDER)  # (the user's, else the shipped one)
-        return (DecodeTable(None, (), f"no decode table for {key}") if path is None
-                else _read(str(path), mtime_ns(str(path)), decode_code()))
+        choice = table_for(identity, DECODE_FOLDER)
+        return (DecodeTable(None, (), f"no decode table: {choice.why}") if choice.path is None
+                else _read(str(choice.path), mtime_ns(str(choice.path)), decode_code(), choice.why,
+                           choice.path.name != table_path(identity.key).name))
 
-    return recently_looked((DECODE_FOLDER, key), look)
+    return recently_looked((DECODE_FOLDER, identity), look)
 
 
 @lru_cache(maxsize=8)
-def _read(path: str, mtime: int, code: str) -> DecodeTable:
+def _read(path: str, mtime: int, code: str, why: str, borrowed: bool) -> DecodeTable:
     data = json.loads(Path(path).read_text())
     if data.get("code") != code:
-        why = (f"{path} was timed on other kernel code ({data.get('code')}, this is {code}): "
-               "`python -m generator decode --tune` times this code's")
-        warnings.warn(f"{why}; until then every decode step takes the paged kernel", RuntimeWarning, stacklevel=2)
-        return DecodeTable(Path(path), (), why)
+        stale = (f"{path} was timed on other kernel code ({data.get('code')}, this is {code}): "
+                 "`python -m generator decode --tune` times this code's")
+        warnings.warn(f"{stale}; until then every decode step takes the paged kernel", RuntimeWarning, stacklevel=2)
+        return DecodeTable(Path(path), (), stale, borrowed)
     fields = DecodeEntry.__dataclass_fields__
     entries = tuple(DecodeEntry(**{k: e[k] for k in fields if k in e}) for e in data.get("entries", []))
-    return DecodeTable(Path(path), entries, str(path))
+    return DecodeTable(Path(path), entries, f"{path}: {why}", borrowed)
 
 
 def nearest_decode(entries, heads: int, top_k: int, next_n: int, batch: int, context: int) -> DecodeEntry | None:

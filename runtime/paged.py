@@ -308,13 +308,14 @@ class DecodeRoute(NamedTuple):
         dense = e.dense_planned_ms if self.planned else e.dense_ms
         return (f"the nearest entry of {self.table.path.name} (B {e.batch} x {e.context} tokens): paged kernel "
                 f"{e.kernel_ms * 1e3:.1f} us, dense {dense * 1e3:.1f} us" + (" with the layout given" if self.planned else "")
-                + ("; but no dense kernels serve this device" if self.no_dense else ""))
+                + ("; but no dense kernels serve this device" if self.no_dense else "")
+                + (f" ({self.table.why})" if self.table.borrowed else ""))
 
 
 def _decode_route(problem: PagedProblem, planned: bool) -> tuple[DenseVariant | None, DecodeRoute]:
     """(the dense path's build, the table's say) where the GPU's decode table says the dense path is
     faster for the step's nearest entry, else (None, its say)."""
-    table = decode_table(device_identity(_index(problem.device)).key)
+    table = decode_table(device_identity(_index(problem.device)))
     entry = table.nearest(problem.heads, problem.top_k, problem.next_n, problem.batch, problem.capacity)
     if entry is None or entry.use(planned) == "kernel":
         return None, DecodeRoute(table, entry, planned)

@@ -106,14 +106,16 @@ class TableChoice:
     why: str
 
 
-def table_for(identity: GpuIdentity) -> TableChoice:
+def table_for(identity: GpuIdentity, folder: str = "") -> TableChoice:
     """The table dispatch reads for this GPU: its own; else the table of the same arch tuned on the
     GPU nearest in SM count, where the tuner recorded that its variants are valid on every GPU of that
     arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
-    The answer is kept until a table directory changes (two stats of paths made once per
-    environment); the op's calls ask current_table, which looks at the files less often."""
+    In `folder` of the table directories ("decode": runtime.decode_table's). The answer is kept until
+    a table directory changes (two stats of paths made once per environment); the op's calls ask
+    current_table, which looks at the files less often."""
     user = user_table_dir()
-    return _table_for(identity, user, mtime_ns(user), mtime_ns(str(SHIPPED_TABLE_DIR)))
+    return _table_for(identity, folder, user, mtime_ns(os.path.join(user, folder)),
+                      mtime_ns(str(SHIPPED_TABLE_DIR / folder)))
 
 
 RECHECK_S = 0.5  # how long a running process trusts what it last saw of the table files
@@ -172,13 +174,14 @@ def mtime_ns(path: str) -> int:
 
 
 @lru_cache(maxsize=32)
-def _table_for(identity: GpuIdentity, directory: str, mtime: int, shipped_mtime: int) -> TableChoice:
-    own = find_table(identity.key)
+def _table_for(identity: GpuIdentity, folder: str, directory: str, mtime: int, shipped_mtime: int) -> TableChoice:
+    own = find_table(identity.key, folder)
     if own is not None:
         return TableChoice(own, f"{identity.key}'s own table")
     if identity.arch is None:
         return TableChoice(None, f"{identity.name} has no fp8 tensor cores (sm_89+): no table applies")
-    portable = [(path, meta) for path in table_paths() if (meta := table_meta(path)).get("portable_arch") == identity.arch]
+    portable = [(path, meta) for path in table_paths(folder)
+                if (meta := table_meta(path)).get("portable_arch") == identity.arch]
     if not portable:
         return TableChoice(None, f"no table for {identity.key}, and none tuned on another {identity.arch} GPU says it is "
                                  f"valid here")
@@ -194,9 +197,10 @@ def _table_for(identity: GpuIdentity, directory: str, mtime: int, shipped_mtime:
                              f"`python -m generator tune` here makes this GPU's own)")
 
 
-def table_paths() -> list[Path]:
-    """Every table the runtime could read: the user's, then the shipped ones."""
-    return sorted(table_dir().glob("*.json")) + sorted(SHIPPED_TABLE_DIR.glob("*.json"))
+def table_paths(folder: str = "") -> list[Path]:
+    """Every table the runtime could read (in `folder` of the table directories): the user's, then the
+    shipped ones."""
+    return sorted((table_dir() / folder).glob("*.json")) + sorted((SHIPPED_TABLE_DIR / folder).glob("*.json"))
 
 
 def table_path(key: str, directory: Path | None = None) -> Path:
@@ -214,9 +218,15 @@ def load_table(path: Path | None) -> list[Entry] | None:
 
 
 def table_meta(path: Path) -> dict:
-    """A table file's fields other than its entries ({} where there is no file)."""
+    """A table file's fields other than its entries ({} where there is no file), of either kind of table
+    (a decode table's entries are not Entries)."""
     mtime = mtime_ns(str(path))
-    return {} if mtime < 0 else _read(str(path), mtime)[0]
+    return {} if mtime < 0 else _meta(str(path), mtime)
+
+
+@lru_cache(maxsize=16)
+def _meta(path: str, mtime: int) -> dict:
+    return {k: v for k, v in json.loads(Path(path).read_text()).items() if k != "entries"}
 
 
 @lru_cache(maxsize=16)

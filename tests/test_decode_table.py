@@ -7,6 +7,10 @@ import pytest
 
 from runtime.decode_table import (MARGIN, DecodeEntry, DecodeTable, decode_code, decode_table, decode_table_path,
                                   nearest_decode, save_decode_table)
+from runtime.gpu import identify
+from runtime.table import forget_recent
+
+TEST_GPU = identify("Test GPU", (9, 0), 7)  # key Test-GPU-7SM
 
 
 def entry(batch, context, kernel, dense, planned, next_n=1, heads=64, top_k=2048):
@@ -43,23 +47,54 @@ def test_a_written_table_is_read_back_and_other_codes_times_are_not(tmp_path, mo
     save_decode_table(path, "Test-GPU-7SM", entries, {"gpu": "Test GPU"})
     data = json.loads(path.read_text())
     assert data["code"] == decode_code() and data["identity"] == "Test-GPU-7SM" and len(data["entries"]) == 2
-    table = decode_table("Test-GPU-7SM")
-    assert table.path == path and set(table.entries) == set(entries)
+    table = decode_table(TEST_GPU)
+    assert table.path == path and set(table.entries) == set(entries) and "own table" in table.why
 
     data["code"] = "0" * 16 + "." + "0" * 16  # timed on other kernels: not used
     path.write_text(json.dumps(data))
-    from runtime.table import forget_recent
-
     forget_recent()
     with pytest.warns(RuntimeWarning, match="every decode step takes the paged kernel"):
-        stale = decode_table("Test-GPU-7SM")
+        stale = decode_table(TEST_GPU)
     assert stale.entries == () and "other kernel code" in stale.why
 
 
 def test_no_table_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path))
-    table = decode_table("No-Such-GPU-1SM")
+    forget_recent()
+    table = decode_table(identify("NVIDIA L40S", (8, 9), 142))  # (no sm89 decode table: the paged kernel is Hopper's)
     assert table.path is None and table.entries == () and "no decode table" in table.why
+
+
+def test_a_hopper_gpu_without_a_decode_table_borrows_the_nearest_portable_one(tmp_path, monkeypatch):
+    """As for prefill (runtime.table.table_for): an H100 or H20 takes the shipped H200 decode table's
+    choices, which say where the dense path won there, and `why` says they were not measured here; a
+    table tuned on a GPU nearer in SM count is taken first, and one that does not say it is portable
+    is not taken."""
+    from runtime.table import SHIPPED_TABLE_DIR
+
+    monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path))
+    forget_recent()
+    h20, h100 = identify("NVIDIA H20", (9, 0), 78), identify("NVIDIA H100 80GB HBM3", (9, 0), 132)
+    borrowed = decode_table(h20)
+    assert borrowed.path == SHIPPED_TABLE_DIR / "decode" / "H200-132SM.json"
+    assert "borrowed H200-132SM" in borrowed.why and "never on H20-78SM" in borrowed.why
+    assert borrowed.entries and borrowed.borrowed  # (its code is this package's: test_table's shipped-code test)
+    from runtime.paged import DecodeRoute
+
+    said = DecodeRoute(borrowed, borrowed.nearest(64, 2048, 1, 1, 8192), True).why()
+    assert "nearest entry of H200-132SM.json" in said and "borrowed H200-132SM" in said  # (what explain_paged prints)
+    near = [entry(1, 8192, 0.035, 0.026, 0.011)]
+    save_decode_table(decode_table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", near, {"sms": 114, "portable_arch": "sm90a"})
+    forget_recent()
+    assert decode_table(h20).path.name == "H100-PCIe-114SM.json"  # nearer in SM count
+    save_decode_table(decode_table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", near, {"sms": 114})
+    forget_recent()
+    assert decode_table(h20).path.name == "H200-132SM.json"  # (not portable: not borrowed)
+    save_decode_table(decode_table_path(h100.key), h100.key, near, {"sms": 132})
+    forget_recent()
+    own = decode_table(h100)
+    assert own.path == decode_table_path(h100.key) and own.entries == tuple(near) and "own table" in own.why
+    assert not own.borrowed and "borrowed" not in DecodeRoute(own, own.entries[0], True).why()
 
 
 @pytest.mark.parametrize("field", ["kernel_ms", "dense_ms", "dense_planned_ms"])
@@ -110,10 +145,10 @@ def test_tune_runs_the_decode_grid_unless_told_not_to():
 
 
 def test_the_shipped_decode_table_is_found_where_the_user_has_none(tmp_path, monkeypatch):
-    from runtime.table import SHIPPED_TABLE_DIR, forget_recent
+    from runtime.table import SHIPPED_TABLE_DIR
 
     monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path))
     forget_recent()
-    table = decode_table("H200-132SM")
+    table = decode_table(identify("NVIDIA H200", (9, 0), 132))
     assert table.path == SHIPPED_TABLE_DIR / "decode" / "H200-132SM.json"
     assert table.entries or "other kernel code" in table.why  # (stale: `tools/restamp_table.py --decode` or re-time)
