@@ -20,7 +20,7 @@ from runtime.paged import (check_paged_inputs, decode_layout, explain_paged, gat
                            paged_variant_for, parts_for)
 from runtime.paged_variant import CACHE_BYTES_PER_KEY
 
-from .timing import geometric_mean, median_ms
+from .timing import geometric_mean, interleaved_ms, median_ms
 
 BATCHES = (1, 4, 16, 64, 256)
 CONTEXTS = (8192, 32768, 131072, 524288, 1 << 20)
@@ -98,14 +98,30 @@ def with_heads(step, heads: int):
     return (q[:, :, :heads].contiguous(), cache, weights[:, :heads].contiguous(), lens, table, top_k)
 
 
-def graph_replay_ms(fn) -> float:
-    """fn() captured once in a CUDA graph, then the median of its replays (the launch hidden)."""
-    fn()  # loads the library and warms the allocator outside the capture
+def captured(fn) -> torch.cuda.CUDAGraph:
+    """fn() captured once in a CUDA graph (run once before, which loads its library and warms the allocator
+    outside the capture)."""
+    fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return median_ms(graph.replay, warmup=3, reps=20, hide_launch=True)
+    return graph
+
+
+def graph_replay_ms(fn) -> float:
+    """fn() captured once in a CUDA graph, then the median of its replays (the launch hidden)."""
+    return median_ms(captured(fn).replay, warmup=3, reps=20, hide_launch=True)
+
+
+def graphs_replay_ms(calls: dict, timer=None) -> dict[str, float]:
+    """Each call captured in its own CUDA graph, then the replays' medians, timed in alternating rounds
+    (timing.interleaved_ms), so that a choice between them sees the same clocks: timed one after another,
+    a disturbance met one call alone (an H100's decode table of 2026-12-05 held six steps whose dense path
+    read 1.4-11x its time with the layout given, or the reverse, where the two differ by a few percent)."""
+    graphs = {name: captured(fn) for name, fn in calls.items()}
+    timed = interleaved_ms({name: g.replay for name, g in graphs.items()}, warmup=3, hide_launch=True, timer=timer)
+    return {name: t.ms for name, t in timed.items()}
 
 
 def time_step(args, rate: float, gathered: bool = True, distribution: str = "positive", dense: bool = False) -> dict:
@@ -190,7 +206,8 @@ TUNE_MAX_TOKENS = 16 << 20  # steps of more tokens are not timed (their data tak
 def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_ks=TUNE_TOP_K,
                 out=sys.stdout) -> list:
     """The paged kernel, the dense path, and the dense path with the step's layout given, each
-    graph-replayed on every step of the grid (positive-weight random data); a DecodeEntry a step
+    graph-replayed on every step of the grid, the three in alternating rounds (graphs_replay_ms;
+    positive-weight random data); a DecodeEntry a step
     whose two answers are exact: the same bytes, or (where the kernel sums heads in another order
     than the dense kernels, so that a key tying the k-th within rounding may be swapped) each
     verified by the two-sided rule on the rows where they differ. A step where one is not is
@@ -219,8 +236,10 @@ def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, he
                 differing = (answers[0] != answers[1]).any(1).nonzero().flatten()[:64].tolist()
                 wl = PagedWorkload("positive", *step)
                 exact = same or all(verify_paged(a, wl, rows=differing, strict=True).ok for a in answers)
-                times = [graph_replay_ms(lambda v=v, lay=lay: paged_mqa_topk(*step, validate=False, variant=v, layout=lay))
-                         for v, lay in ((kernel, None), ("dense", None), ("dense", layout))]
+                times = list(graphs_replay_ms({
+                    name: lambda v=v, lay=lay: paged_mqa_topk(*step, validate=False, variant=v, layout=lay)
+                    for name, v, lay in (("kernel", kernel, None), ("dense", "dense", None), ("planned", "dense", layout))
+                }).values())
                 row = {"batch": batch, "context": context, "next_n": next_n, "heads": h, "top_k": top_k,
                        "kernel_ms": times[0], "dense_ms": times[1], "dense_planned_ms": times[2], "same_bytes": same,
                        "rows_differing": len(differing), "exact": exact}

@@ -152,3 +152,22 @@ def test_the_shipped_decode_table_is_found_where_the_user_has_none(tmp_path, mon
     table = decode_table(identify("NVIDIA H200", (9, 0), 132))
     assert table.path == SHIPPED_TABLE_DIR / "decode" / "H200-132SM.json"
     assert table.entries or "other kernel code" in table.why  # (stale: `tools/restamp_table.py --decode` or re-time)
+
+
+def test_the_decode_grid_times_its_three_calls_in_alternating_rounds(monkeypatch):
+    """decode --tune's choice is between times taken round by round, each call's median over the rounds,
+    so that a disturbance meets all three (graphs_replay_ms; CPU: the graphs and the timer stood in for)."""
+    import generator.paged_bench as pb
+
+    class Graph:
+        def __init__(self, name):
+            self.replay = lambda: order.append(name)
+
+    order: list[str] = []
+    monkeypatch.setattr(pb, "captured", lambda fn: Graph(fn()))
+    slow = iter([9.0] + [1.0] * 1000)  # the first round's first run is disturbed: the median leaves it out
+    got = pb.graphs_replay_ms({n: (lambda n=n: n) for n in ("kernel", "dense", "planned")},
+                              timer=lambda fn: (fn(), next(slow) * {"kernel": 3, "dense": 2, "planned": 1}[order[-1]])[1])
+    assert got == {"kernel": 3.0, "dense": 2.0, "planned": 1.0}
+    rounds = order[3 * 3:]  # (after three warm-up runs of each)
+    assert rounds[:6] == ["kernel", "dense", "planned"] * 2 and len(rounds) % 3 == 0
