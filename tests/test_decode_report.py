@@ -40,7 +40,9 @@ def test_ratios_are_theirs_over_ours_and_count_where_ours_is_slower(tmp_path):
      "| 4, B 64 | 1.39 | 1.27 | 2.32 | 2.28 | 2.30 |"),
     ("h200-2026-12-03-cluster", "| graph-replayed, as called | 0.84 | 0.84 | 1.36 | 0.99 | 197 of 300 |",
      "| 1, B 1 | 0.94 | 0.64 | 0.68 | 0.92 | 0.97 |"),
-], ids=["03c30d2", "b5b943e"])
+    ("h200-2026-12-05-decode/side", "| graph-replayed, as called | 0.95 | 0.99 | 1.67 | 1.16 | 142 of 300 |",
+     "| eager, layout given | 0.76 | 0.79 | 1.30 | 0.92 | 218 of 300 |"),
+], ids=["03c30d2", "b5b943e", "7d7ae57"])
 def test_the_recorded_runs_read_as_benchmarks_gives_them(folder, summary_line, table_line):
     """BENCHMARKS.md's "Decode against the serving path" figures from their raw files, by the command."""
     results = RESULTS / folder

@@ -5,8 +5,8 @@ step of a `decode` run against the serving path's times of the same run (graph-r
 given), against the tokens a step reads, one colour per next_n. Above the line at 1, ours is faster.
 
     python3 tools/headline_plot.py --sweep docs/results/h200-2026-12-01-62cecfd/sweep-run2.jsonl \
-        --decode docs/results/h200-2026-12-04-4f9a242/decode.jsonl \
-        --decode-serving docs/results/h200-2026-12-04-4f9a242/decode-serving.jsonl --out docs/headline.png
+        --decode docs/results/h200-2026-12-05-decode/side/decode.jsonl \
+        --decode-serving docs/results/h200-2026-12-05-decode/side/decode-serving.jsonl --out docs/headline.png
 
 Needs matplotlib (`pip install -e .[report]`)."""
 
