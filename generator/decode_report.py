@@ -3,8 +3,8 @@ gives them: from the JSON lines `python -m generator decode` writes (ours: paged
 rows) and a file of the serving path's times on the same steps ({"batch", "context", "next_n",
 "heads", "top_k", "graph_ms", "eager_ms"} a line), the ratios by step, by next_n and over all, and
 the share of the HBM floor and, where the run recorded its fp8 rate, of the step's bound (the larger of
-the HBM floor and its products at that rate: at next_n 4 and H = 64 the products', 1.75x the HBM floor
-on an H200). No GPU needed: `python -m generator decode --report OURS --serving THEIRS`."""
+the HBM floor and its products at that rate: at next_n 4 and H = 64 the products take longer than the
+cache's bytes). No GPU needed: `python -m generator decode --report OURS --serving THEIRS`."""
 
 from __future__ import annotations
 

@@ -117,8 +117,8 @@ def graph_replay_ms(fn) -> float:
 def graphs_replay_ms(calls: dict, timer=None) -> dict[str, float]:
     """Each call captured in its own CUDA graph, then the replays' medians, timed in alternating rounds
     (timing.interleaved_ms), so that a choice between them sees the same clocks: timed one after another,
-    a disturbance met one call alone (an H100's decode table of 2026-12-05 held six steps whose dense path
-    read 1.4-11x its time with the layout given, or the reverse, where the two differ by a few percent)."""
+    a disturbance meets one call alone and flips the choice (experiment log, "2026-12-05: decode tables
+    borrowed; an H100 measured")."""
     graphs = {name: captured(fn) for name, fn in calls.items()}
     timed = interleaved_ms({name: g.replay for name, g in graphs.items()}, warmup=3, hide_launch=True, timer=timer)
     return {name: t.ms for name, t in timed.items()}
