@@ -204,7 +204,7 @@ TUNE_MAX_TOKENS = 16 << 20  # steps of more tokens are not timed (their data tak
 
 
 def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_ks=TUNE_TOP_K,
-                out=sys.stdout) -> list:
+                out=sys.stdout, max_tokens: int = TUNE_MAX_TOKENS) -> list:
     """The paged kernel, the dense path, and the dense path with the step's layout given, each
     graph-replayed on every step of the grid, the three in alternating rounds (graphs_replay_ms;
     positive-weight random data); a DecodeEntry a step
@@ -220,7 +220,7 @@ def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, he
 
     entries = []
     for batch, context in itertools.product(batches, contexts):
-        if batch * context > TUNE_MAX_TOKENS:
+        if batch * context > max_tokens:
             continue
         for next_n in next_ns:
             made = random_step(batch, context, next_n, max(heads), top_ks[0])
@@ -268,6 +268,9 @@ def add_arguments(p) -> None:
                    help="time the paged kernel and our dense path on the decode grid (default batches "
                         f"{TUNE_BATCHES}, contexts {TUNE_CONTEXTS}, top-k {TUNE_TOP_K}) and write this GPU's decode "
                         "table, which automatic dispatch reads to choose between them")
+    p.add_argument("--max-tokens", type=int, default=TUNE_MAX_TOKENS,
+                   help=f"--tune: time no step of more tokens than this (default {TUNE_MAX_TOKENS:,}); a larger step "
+                        "takes its nearest timed step's choice")
     p.add_argument("--report", metavar="OURS", help="no GPU: set the timings of a `decode --log` run against the "
                    "serving path's on the same steps (--serving) and print the tables (generator/decode_report.py)")
     p.add_argument("--serving", metavar="THEIRS", help="--report: the serving path's times, a JSON line a step "
@@ -289,7 +292,8 @@ def decode_variants(heads=HEADS, top_ks=TUNE_TOP_K, next_ns=NEXT_N, block_size: 
 
 
 def tune_decode_table(path=None, heads=HEADS, top_ks=TUNE_TOP_K, batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS,
-                      next_ns=NEXT_N, out=sys.stdout, command: str = "", log=print) -> list:
+                      next_ns=NEXT_N, out=sys.stdout, command: str = "", log=print,
+                      max_tokens: int = TUNE_MAX_TOKENS) -> list:
     """Builds what the decode grid runs, times it (tune_decode) and writes this GPU's decode table to
     `path` (default: the user's table directory's decode/); returns the entries."""
     from pathlib import Path
@@ -299,7 +303,7 @@ def tune_decode_table(path=None, heads=HEADS, top_ks=TUNE_TOP_K, batches=TUNE_BA
     from runtime.gpu import device_identity
 
     build([spec_from_name(n) for n in decode_variants(heads, top_ks, next_ns)])
-    entries = tune_decode(batches, contexts, next_ns, heads, top_ks, out=out)
+    entries = tune_decode(batches, contexts, next_ns, heads, top_ks, out=out, max_tokens=max_tokens)
     identity = device_identity(torch.cuda.current_device())
     path = Path(path) if path else decode_table_path(identity.key)
     # portable_arch: every library of the grid fits any GPU of the arch, so one without a decode table of
@@ -333,7 +337,7 @@ def main(args) -> int:
             tune_decode_table(args.table, args.heads or HEADS, args.top_k or TUNE_TOP_K, args.batch or TUNE_BATCHES,
                               args.context or TUNE_CONTEXTS, args.next_n or NEXT_N, out=out,
                               command="python -m generator decode " + " ".join(sys.argv[2:]),
-                              log=lambda line: print(line, file=sys.stderr))
+                              log=lambda line: print(line, file=sys.stderr), max_tokens=args.max_tokens)
             return 0
         finally:
             if out is not sys.stdout:

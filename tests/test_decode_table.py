@@ -171,3 +171,29 @@ def test_the_decode_grid_times_its_three_calls_in_alternating_rounds(monkeypatch
     assert got == {"kernel": 3.0, "dense": 2.0, "planned": 1.0}
     rounds = order[3 * 3:]  # (after three warm-up runs of each)
     assert rounds[:6] == ["kernel", "dense", "planned"] * 2 and len(rounds) % 3 == 0
+
+
+def test_the_decode_grid_times_no_step_past_its_token_cap(monkeypatch):
+    """decode --tune --max-tokens: steps of more tokens are not timed (they take their nearest timed
+    step's choice); the default cap is TUNE_MAX_TOKENS (CPU: the step's data and kernels stood in for)."""
+    import argparse
+
+    import generator.paged_bench as pb
+
+    class Cache:
+        shape = (0, 0)
+
+    made = []
+    monkeypatch.setattr(pb, "random_step", lambda b, c, *a, **k: made.append((b, c)) or (None, Cache, None, None, None))
+    monkeypatch.setattr(pb, "decode_layout", lambda *a: None)
+    monkeypatch.setattr(pb, "with_heads", lambda step, h: step)
+    monkeypatch.setattr(pb, "check_paged_inputs", lambda *a, **k: None)
+    monkeypatch.setattr(pb, "paged_variant_for", lambda problem: None)  # (nothing to time)
+    pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,))
+    assert made == [(64, 131072)]  # 8M tokens; the others are 64M, 32M and 256M
+    made.clear()
+    pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,), max_tokens=256 << 20)
+    assert made == [(64, 131072), (64, 1 << 20), (256, 131072), (256, 1 << 20)]
+    p = argparse.ArgumentParser()
+    pb.add_arguments(p)
+    assert p.parse_args([]).max_tokens == pb.TUNE_MAX_TOKENS and p.parse_args(["--max-tokens", "5"]).max_tokens == 5
