@@ -56,6 +56,11 @@ class DecodeEntry:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, row: dict) -> DecodeEntry:
+        """An entry from a table file's row (keys the entry does not have, such as a tune log's, skipped)."""
+        return cls(**{k: row[k] for k in cls.__dataclass_fields__ if k in row})
+
 
 def decode_code() -> str:
     """The kernel code a decode table's times hold for: the paged kernel's and the dense kernels'."""
@@ -94,8 +99,7 @@ def decode_table(identity: GpuIdentity) -> DecodeTable:
     def look() -> DecodeTable:
         choice = table_for(identity, DECODE_FOLDER)
         return (DecodeTable(None, (), f"no decode table: {choice.why}") if choice.path is None
-                else _read(str(choice.path), mtime_ns(str(choice.path)), decode_code(), choice.why,
-                           choice.path.name != table_path(identity.key).name))
+                else _read(str(choice.path), mtime_ns(str(choice.path)), decode_code(), choice.why, choice.borrowed))
 
     return recently_looked((DECODE_FOLDER, identity), look)
 
@@ -108,8 +112,7 @@ def _read(path: str, mtime: int, code: str, why: str, borrowed: bool) -> DecodeT
                  "`python -m generator decode --tune` times this code's")
         warnings.warn(f"{stale}; until then every decode step takes the paged kernel", RuntimeWarning, stacklevel=2)
         return DecodeTable(Path(path), (), stale, borrowed)
-    fields = DecodeEntry.__dataclass_fields__
-    entries = tuple(DecodeEntry(**{k: e[k] for k in fields if k in e}) for e in data.get("entries", []))
+    entries = tuple(DecodeEntry.from_json(e) for e in data.get("entries", []))
     return DecodeTable(Path(path), entries, f"{path}: {why}", borrowed)
 
 

@@ -104,6 +104,7 @@ def find_table(key: str, folder: str = "") -> Path | None:
 class TableChoice:
     path: Path | None
     why: str
+    borrowed: bool = False  # tuned on another GPU of this one's arch
 
 
 def table_for(identity: GpuIdentity, folder: str = "") -> TableChoice:
@@ -191,7 +192,7 @@ def _table_for(identity: GpuIdentity, folder: str, directory: str, mtime: int, s
 
     path, meta = min(portable, key=distance)
     source = meta.get("identity", path.stem)
-    return TableChoice(path, f"no table for {identity.key}: borrowed {source}'s (same arch {identity.arch}, nearest SM "
+    return TableChoice(path, borrowed=True, why=f"no table for {identity.key}: borrowed {source}'s (same arch {identity.arch}, nearest SM "
                              f"count; its variants are valid on every {identity.arch} GPU, but its timings, and so "
                              f"where fused beats dense, were measured on {source} and never on {identity.key}: "
                              f"`python -m generator tune` here makes this GPU's own)")
@@ -230,15 +231,9 @@ def _meta(path: str, mtime: int) -> dict:
 
 
 @lru_cache(maxsize=16)
-def _read(path: str, mtime: int) -> tuple[dict, list[Entry]]:
-    data = json.loads(Path(path).read_text())
-    keys = {f for f in Entry.__dataclass_fields__}
-    return {k: v for k, v in data.items() if k != "entries"}, [Entry(**{k: e[k] for k in keys if k in e})
-                                                                for e in data["entries"]]
-
-
 def _load(path: str, mtime: int) -> list[Entry]:
-    return _read(path, mtime)[1]
+    keys = set(Entry.__dataclass_fields__)
+    return [Entry(**{k: e[k] for k in keys if k in e}) for e in json.loads(Path(path).read_text())["entries"]]
 
 
 def save_table(path: Path, identity: str, entries: list[Entry], meta: dict) -> None:

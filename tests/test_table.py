@@ -58,12 +58,12 @@ def test_a_gpu_without_a_table_borrows_the_nearest_portable_one_of_its_arch(tmp_
     shipped = table_for(identify("NVIDIA H200", (9, 0), 132))
     assert shipped.path.name == "H200-132SM.json" and "own table" in shipped.why
     choice = table_for(h20)  # the shipped H200 table records portable_arch sm90a
-    assert choice.path.name == "H200-132SM.json" and "borrowed H200-132SM" in choice.why
+    assert choice.path.name == "H200-132SM.json" and "borrowed H200-132SM" in choice.why and choice.borrowed
     assert f"never on {choice.why.split(':')[0].removeprefix('no table for ')}" in choice.why  # says it was not measured here
     save_table(table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", [entry()],
                {"arch": "sm90a", "sms": 114, "portable_arch": "sm90a"})
     assert table_for(h20).path.name == "H100-PCIe-114SM.json"  # nearer in SM count
-    assert "own table" in table_for(h100).why
+    assert "own table" in table_for(h100).why and not table_for(h100).borrowed
     save_table(table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", [entry()], {"arch": "sm90a", "sms": 114})
     assert table_for(h20).path.name == "H200-132SM.json"  # a table that does not say it is portable is not borrowed
     ada = table_for(identify("NVIDIA L40S", (8, 9), 142))

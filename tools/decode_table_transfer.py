@@ -26,10 +26,8 @@ from runtime.decode_table import DecodeEntry  # noqa: E402
 
 
 def entries(path: str) -> dict[tuple, DecodeEntry]:
-    fields = DecodeEntry.__dataclass_fields__
-    rows = json.loads(Path(path).read_text())["entries"]
-    return {(e["heads"], e["top_k"], e["next_n"], e["batch"], e["context"]): DecodeEntry(**{k: e[k] for k in fields if k in e})
-            for e in rows}
+    rows = map(DecodeEntry.from_json, json.loads(Path(path).read_text())["entries"])
+    return {(e.heads, e.top_k, e.next_n, e.batch, e.context): e for e in rows}
 
 
 def transfer(here: dict, other: dict, planned: bool) -> tuple[dict[str, float], list[tuple]]:
