@@ -201,6 +201,15 @@ TUNE_BATCHES = (1, 4, 16, 64, 256)
 TUNE_CONTEXTS = (8192, 32768, 131072, 524288, 1 << 20)
 TUNE_TOP_K = (512, 1024, 2048)
 TUNE_MAX_TOKENS = 16 << 20  # steps of more tokens are not timed (their data takes longest to make)
+# Beyond a step's cache: the dense path's logits (at most runtime.dense.DEFAULT_LOGITS_BUDGET a call, held
+# by each of its two captured graphs and its eager answer check) and random_step's fp32 slices.
+STEP_SLACK_BYTES = 2 << 30
+
+
+def free_device_bytes() -> int:
+    """The current GPU's free memory, after returning the allocator's cached blocks."""
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info()[0]
 
 
 def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_ks=TUNE_TOP_K,
@@ -221,6 +230,11 @@ def tune_decode(batches=TUNE_BATCHES, contexts=TUNE_CONTEXTS, next_ns=NEXT_N, he
     entries = []
     for batch, context in itertools.product(batches, contexts):
         if batch * context > max_tokens:
+            continue
+        need, free = batch * context * CACHE_BYTES_PER_KEY + STEP_SLACK_BYTES, free_device_bytes()
+        if need > free:  # (a GPU of less memory: the step takes its nearest timed step's choice)
+            print(json.dumps({"batch": batch, "context": context, "skipped": f"its cache and the dense path's logits "
+                              f"take about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"}), file=out, flush=True)
             continue
         for next_n in next_ns:
             made = random_step(batch, context, next_n, max(heads), top_ks[0])

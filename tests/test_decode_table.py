@@ -1,6 +1,7 @@
 """The decode table (runtime/decode_table.py): the entries dispatch reads to choose between the paged
 kernel and the dense path, their lookup, and what makes them not count (CPU)."""
 
+import io
 import json
 
 import pytest
@@ -189,11 +190,21 @@ def test_the_decode_grid_times_no_step_past_its_token_cap(monkeypatch):
     monkeypatch.setattr(pb, "with_heads", lambda step, h: step)
     monkeypatch.setattr(pb, "check_paged_inputs", lambda *a, **k: None)
     monkeypatch.setattr(pb, "paged_variant_for", lambda problem: None)  # (nothing to time)
+    monkeypatch.setattr(pb, "free_device_bytes", lambda: 1 << 40)
     pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,))
     assert made == [(64, 131072)]  # 8M tokens; the others are 64M, 32M and 256M
     made.clear()
     pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,), max_tokens=256 << 20)
     assert made == [(64, 131072), (64, 1 << 20), (256, 131072), (256, 1 << 20)]
+    # A step whose cache does not fit the GPU's free memory is skipped, and says so.
+    made.clear()
+    monkeypatch.setattr(pb, "free_device_bytes", lambda: 8 << 30)
+    log = io.StringIO()
+    pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,), max_tokens=256 << 20, out=log)
+    assert made == [(64, 131072), (256, 131072)]  # caches of 1.03 and 4.1 GiB (and 2 of slack) in 8 GiB free
+    skipped = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [(r["batch"], r["context"]) for r in skipped] == [(64, 1 << 20), (256, 1 << 20)]
+    assert "10.2 GiB, 8.0 GiB free" in skipped[0]["skipped"]
     p = argparse.ArgumentParser()
     pb.add_arguments(p)
     assert p.parse_args([]).max_tokens == pb.TUNE_MAX_TOKENS and p.parse_args(["--max-tokens", "5"]).max_tokens == 5
