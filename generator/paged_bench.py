@@ -192,15 +192,15 @@ def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_k
     return rows
 
 
-# The steps `decode --tune` times both paths on; the nearest entry answers for the steps between and
-# beyond (those of more than TUNE_MAX_TOKENS tokens take their nearest timed step's choice). 1M-token
-# requests are timed where they fit the cap (B 1-16): the nearest entry of a grid stopping at 512K
-# chose the dense path with the layout given for one 1M-token request, 2.5x slower than the kernel
-# there (BENCHMARKS.md, "Decode against the serving path").
+# The steps `decode --tune` times both paths on (450: the issue's grid whole, up to 256 requests of 1M
+# tokens); the nearest entry answers for the steps between and beyond. A cap of 16M tokens a step
+# (before 2026-12-05) left 256 x 512K to a 64 x 128K entry's choice, 0.77-0.92 of the serving path's
+# speed on the H200; the whole grid took 51 s on an H100 (BENCHMARKS.md, "Decode: the whole grid in
+# the decode tables"). `--max-tokens` caps it; a step whose cache does not fit the GPU is skipped.
 TUNE_BATCHES = (1, 4, 16, 64, 256)
 TUNE_CONTEXTS = (8192, 32768, 131072, 524288, 1 << 20)
 TUNE_TOP_K = (512, 1024, 2048)
-TUNE_MAX_TOKENS = 16 << 20  # steps of more tokens are not timed (their data takes longest to make)
+TUNE_MAX_TOKENS = max(TUNE_BATCHES) * max(TUNE_CONTEXTS)  # steps of more tokens are not timed
 # Beyond a step's cache: the dense path's logits (at most runtime.dense.DEFAULT_LOGITS_BUDGET a call, held
 # by each of its two captured graphs and its eager answer check) and random_step's fp32 slices.
 STEP_SLACK_BYTES = 2 << 30

@@ -109,7 +109,7 @@ class TableChoice:
 
 def table_for(identity: GpuIdentity, folder: str = "") -> TableChoice:
     """The table dispatch reads for this GPU: its own; else the table of the same arch tuned on the
-    GPU nearest in SM count, where the tuner recorded that its variants are valid on every GPU of that
+    GPU nearest in SM count (at a tie, the first of table_paths), where the tuner recorded that its variants are valid on every GPU of that
     arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
     In `folder` of the table directories ("decode": runtime.decode_table's). The answer is kept until
     a table directory changes (two stats of paths made once per environment); the op's calls ask
@@ -190,6 +190,8 @@ def _table_for(identity: GpuIdentity, folder: str, directory: str, mtime: int, s
     def distance(item) -> float:
         return abs(math.log2(max(1, item[1].get("sms", 1)) / max(1, identity.sms)))
 
+    # (tables of GPUs at the same distance: the first by file name, the user's before the shipped; of the
+    # shipped decode tables the H100 SXM's before the H200's, both 132 SMs)
     path, meta = min(portable, key=distance)
     source = meta.get("identity", path.stem)
     return TableChoice(path, borrowed=True, why=f"no table for {identity.key}: borrowed {source}'s (same arch {identity.arch}, nearest SM "

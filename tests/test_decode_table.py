@@ -67,9 +67,10 @@ def test_no_table_says_so(tmp_path, monkeypatch):
 
 
 def test_a_hopper_gpu_without_a_decode_table_borrows_the_nearest_portable_one(tmp_path, monkeypatch):
-    """As for prefill (runtime.table.table_for): an H100 or H20 takes the shipped H200 decode table's
-    choices, which say where the dense path won there, and `why` says they were not measured here; a
-    table tuned on a GPU nearer in SM count is taken first, and one that does not say it is portable
+    """As for prefill (runtime.table.table_for): an H20 takes a shipped decode table's choices, which
+    say where the dense path won there, and `why` says they were not measured here; of the two shipped
+    132-SM tables (H100 SXM and H200: the same distance in SM count) the first by file name, the H100's;
+    a table tuned on a GPU nearer in SM count is taken first, and one that does not say it is portable
     is not taken."""
     from runtime.table import SHIPPED_TABLE_DIR
 
@@ -77,20 +78,22 @@ def test_a_hopper_gpu_without_a_decode_table_borrows_the_nearest_portable_one(tm
     forget_recent()
     h20, h100 = identify("NVIDIA H20", (9, 0), 78), identify("NVIDIA H100 80GB HBM3", (9, 0), 132)
     borrowed = decode_table(h20)
-    assert borrowed.path == SHIPPED_TABLE_DIR / "decode" / "H200-132SM.json"
-    assert "borrowed H200-132SM" in borrowed.why and "never on H20-78SM" in borrowed.why
+    assert borrowed.path == SHIPPED_TABLE_DIR / "decode" / "H100-SXM-132SM.json"
+    assert "borrowed H100-SXM-132SM" in borrowed.why and "never on H20-78SM" in borrowed.why
     assert borrowed.entries and borrowed.borrowed  # (its code is this package's: test_table's shipped-code test)
     from runtime.paged import DecodeRoute
 
     said = DecodeRoute(borrowed, borrowed.nearest(64, 2048, 1, 1, 8192), True).why()
-    assert "nearest entry of H200-132SM.json" in said and "borrowed H200-132SM" in said  # (what explain_paged prints)
+    assert "nearest entry of H100-SXM-132SM.json" in said and "borrowed H100-SXM-132SM" in said  # (explain_paged's)
     near = [entry(1, 8192, 0.035, 0.026, 0.011)]
     save_decode_table(decode_table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", near, {"sms": 114, "portable_arch": "sm90a"})
     forget_recent()
     assert decode_table(h20).path.name == "H100-PCIe-114SM.json"  # nearer in SM count
     save_decode_table(decode_table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", near, {"sms": 114})
     forget_recent()
-    assert decode_table(h20).path.name == "H200-132SM.json"  # (not portable: not borrowed)
+    assert decode_table(h20).path.name == "H100-SXM-132SM.json"  # (not portable: not borrowed)
+    gh200 = identify("NVIDIA GH200 480GB", (9, 0), 132)
+    assert decode_table(gh200).path.name == "H100-SXM-132SM.json"  # (the same tie)
     save_decode_table(decode_table_path(h100.key), h100.key, near, {"sms": 132})
     forget_recent()
     own = decode_table(h100)
@@ -176,7 +179,8 @@ def test_the_decode_grid_times_its_three_calls_in_alternating_rounds(monkeypatch
 
 def test_the_decode_grid_times_no_step_past_its_token_cap(monkeypatch):
     """decode --tune --max-tokens: steps of more tokens are not timed (they take their nearest timed
-    step's choice); the default cap is TUNE_MAX_TOKENS (CPU: the step's data and kernels stood in for)."""
+    step's choice); the default cap, TUNE_MAX_TOKENS, takes the whole grid; a step whose cache does not
+    fit the GPU's free memory is skipped (CPU: the step's data, kernels and memory stood in for)."""
     import argparse
 
     import generator.paged_bench as pb
@@ -191,11 +195,12 @@ def test_the_decode_grid_times_no_step_past_its_token_cap(monkeypatch):
     monkeypatch.setattr(pb, "check_paged_inputs", lambda *a, **k: None)
     monkeypatch.setattr(pb, "paged_variant_for", lambda problem: None)  # (nothing to time)
     monkeypatch.setattr(pb, "free_device_bytes", lambda: 1 << 40)
-    pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,))
+    pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,), max_tokens=16 << 20)
     assert made == [(64, 131072)]  # 8M tokens; the others are 64M, 32M and 256M
     made.clear()
-    pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,), max_tokens=256 << 20)
-    assert made == [(64, 131072), (64, 1 << 20), (256, 131072), (256, 1 << 20)]
+    pb.tune_decode((64, 256), (131072, 1 << 20), (1,), (64,), (2048,))
+    assert made == [(64, 131072), (64, 1 << 20), (256, 131072), (256, 1 << 20)]  # the default: the whole grid
+    assert pb.TUNE_MAX_TOKENS == 256 << 20
     # A step whose cache does not fit the GPU's free memory is skipped, and says so.
     made.clear()
     monkeypatch.setattr(pb, "free_device_bytes", lambda: 8 << 30)
