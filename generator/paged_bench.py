@@ -194,7 +194,7 @@ def sweep(batches=BATCHES, contexts=CONTEXTS, next_ns=NEXT_N, heads=HEADS, top_k
 
 # The steps `decode --tune` times both paths on (450: the issue's grid whole, up to 256 requests of 1M
 # tokens); the nearest entry answers for the steps between and beyond. A cap of 16M tokens a step
-# (before 2026-12-05) left 256 x 512K to a 64 x 128K entry's choice, 0.77-0.92 of the serving path's
+# (before 2be12be) left 256 x 512K to a 64 x 128K entry's choice, 0.77-0.92 of the serving path's
 # speed on the H200; the whole grid took 51 s on an H100 (BENCHMARKS.md, "Decode: the whole grid in
 # the decode tables"). `--max-tokens` caps it; a step whose cache does not fit the GPU is skipped.
 TUNE_BATCHES = (1, 4, 16, 64, 256)

@@ -109,8 +109,9 @@ class TableChoice:
 
 def table_for(identity: GpuIdentity, folder: str = "") -> TableChoice:
     """The table dispatch reads for this GPU: its own; else the table of the same arch tuned on the
-    GPU nearest in SM count (at a tie, the first of table_paths), where the tuner recorded that its variants are valid on every GPU of that
-    arch (`portable_arch`: they were checked against the arch's limits, not that GPU's); else none.
+    GPU nearest in SM count (at a tie, the first of table_paths), where the tuner recorded that its
+    variants are valid on every GPU of that arch (`portable_arch`: they were checked against the
+    arch's limits, not that GPU's); else none.
     In `folder` of the table directories ("decode": runtime.decode_table's). The answer is kept until
     a table directory changes (two stats of paths made once per environment); the op's calls ask
     current_table, which looks at the files less often."""
