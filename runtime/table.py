@@ -81,6 +81,11 @@ class Entry:
     def to_json(self) -> dict:
         return {**asdict(self), "use": self.use, "speedup": round(self.dense_ms / self.fused_ms, 3)}
 
+    @classmethod
+    def from_json(cls, row: dict) -> Entry:
+        """An entry from a table file's row (what to_json adds beyond the fields, "use" and "speedup", skipped)."""
+        return cls(**{k: row[k] for k in cls.__dataclass_fields__ if k in row})
+
 
 def table_dir() -> Path:
     """Where tuned tables are written, and read first: FUSED_MQA_TOPK_TABLES, else the user's data dir."""
@@ -195,10 +200,10 @@ def _table_for(identity: GpuIdentity, folder: str, directory: str, mtime: int, s
     # shipped decode tables the H100 SXM's before the H200's, both 132 SMs)
     path, meta = min(portable, key=distance)
     source = meta.get("identity", path.stem)
-    return TableChoice(path, borrowed=True, why=f"no table for {identity.key}: borrowed {source}'s (same arch {identity.arch}, nearest SM "
-                             f"count; its variants are valid on every {identity.arch} GPU, but its timings, and so "
-                             f"where fused beats dense, were measured on {source} and never on {identity.key}: "
-                             f"`python -m generator tune` here makes this GPU's own)")
+    why = (f"no table for {identity.key}: borrowed {source}'s (same arch {identity.arch}, nearest SM count; its "
+           f"variants are valid on every {identity.arch} GPU, but its timings, and so where fused beats dense, were "
+           f"measured on {source} and never on {identity.key}: `python -m generator tune` here makes this GPU's own)")
+    return TableChoice(path, why, borrowed=True)
 
 
 def table_paths(folder: str = "") -> list[Path]:
@@ -235,8 +240,7 @@ def _meta(path: str, mtime: int) -> dict:
 
 @lru_cache(maxsize=16)
 def _load(path: str, mtime: int) -> list[Entry]:
-    keys = set(Entry.__dataclass_fields__)
-    return [Entry(**{k: e[k] for k in keys if k in e}) for e in json.loads(Path(path).read_text())["entries"]]
+    return [Entry.from_json(e) for e in json.loads(Path(path).read_text())["entries"]]
 
 
 def save_table(path: Path, identity: str, entries: list[Entry], meta: dict) -> None:
