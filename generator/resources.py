@@ -26,6 +26,10 @@ def kernel_resource_problem(variant, kernel: str, report: ResourceReport) -> str
         # 200 registers, and at H = 64 the selector warps' passes spill up to 116 bytes, the scan and
         # sample loops none.
         limit = 120 if variant.select_warps > 3 else 80
+        if getattr(variant, "gate_bits", 32) == 16:
+            # The fp16 gate's build (its union list's counts and pointers beside them): 124 bytes at H = 64
+            # with seven selector warps, and none in its scan, rescoring or sample loops (tools/sass.py).
+            limit += 8
     elif getattr(variant, "sample_tiles", 0) and kernel == "fused_mqa_topk_gate_kernel":
         # The gated kernel with the math warps selecting: at H = 64 top-1024 ptxas keeps four
         # launch-wide values on the stack, stored before the first loop, loaded once a block.

@@ -47,6 +47,16 @@ def rejection_reason(v: Variant) -> str | None:
     for axis, allowed in AXES.items():
         if getattr(v, axis) not in allowed:
             return f"{axis}={getattr(v, axis)} is not one of {allowed}"
+    if v.gate_bits != 32:
+        # (not an axis the tuner searches yet: BENCHMARKS.md, "Past the epilogue: the fp16 gate built")
+        if v.gate_bits != 16:
+            return f"gate_bits={v.gate_bits}: the gate is scored in fp32 (32) or gated in fp16 (16)"
+        if not v.gated:
+            return "gate_bits=16 gates the sampled gate's scan: gated variants (sample_tiles > 0) only"
+        if (v.heads, v.rows) != (64, 2):
+            return "the fp16 gate's chains are laid out for 64 heads in two-row blocks (heads=64, rows=2)"
+        if v.page_block_size:
+            return "the fp16 gate gathers its rescored keys from k_fp8 laid end to end: no paged build"
     arch = ARCHS[v.arch]
     if v.mma not in arch.mma_kinds:
         return f"{v.arch} has no {v.mma} scoring core"

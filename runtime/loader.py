@@ -53,12 +53,16 @@ class KernelLibrary(_Library):
 
     def __init__(self, variant: Variant, path: str):
         super().__init__(variant, path, "mqa_topk")
-        # (a paged build exports mqa_topk_launch_paged instead of mqa_topk_launch)
-        launch = "mqa_topk_launch_paged" if variant.page_block_size else "mqa_topk_launch"
-        # (q, k, k_scale | q, kv_cache, pages, cache_blocks; then weights, ks, ke, out, workspace, rows, keys, stream)
+        # (a paged build exports mqa_topk_launch_paged instead of mqa_topk_launch, an fp16 gate's build
+        # mqa_topk_launch_gate16)
+        launch = ("mqa_topk_launch_paged" if variant.page_block_size else
+                  "mqa_topk_launch_gate16" if getattr(variant, "gate_bits", 32) == 16 else "mqa_topk_launch")
+        # (q, k, k_scale | q, kv_cache, pages, cache_blocks; then weights, ks, ke, out, workspace, rows, keys,
+        # [q_gate, w_gate, row_bounds, key_norms,] stream)
+        gate_inputs = [ctypes.c_void_p] * 4 if launch == "mqa_topk_launch_gate16" else []
         getattr(self._lib, launch).argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] if variant.page_block_size
                                                else [ctypes.c_void_p] * 3) + [ctypes.c_void_p] * 5 + \
-            [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+            [ctypes.c_int, ctypes.c_int] + gate_inputs + [ctypes.c_void_p]
         self._lib.mqa_topk_block_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 2
         self._int_functions(launch, "mqa_topk_block_order", "mqa_topk_smem_bytes", "mqa_topk_threads",
                             "mqa_topk_rows_per_block")
@@ -75,6 +79,12 @@ class KernelLibrary(_Library):
     def launch(self, q, k, k_scale, weights, ks, ke, out, workspace, rows: int, keys: int, stream: int) -> None:
         self._check(self._lib.mqa_topk_launch(q, k, k_scale, weights, ks, ke, out, workspace, rows, keys, stream),
                     "launch")
+
+    def launch_gate16(self, q, k, k_scale, weights, ks, ke, out, workspace, rows: int, keys: int, q_gate, w_gate, row_bounds,
+                      key_norms, stream: int) -> None:
+        """An fp16 gate's launch: the plain launch's arguments and the gate's inputs (runtime/gate16.py)."""
+        self._check(self._lib.mqa_topk_launch_gate16(q, k, k_scale, weights, ks, ke, out, workspace, rows, keys, q_gate, w_gate,
+                                                     row_bounds, key_norms, stream), "launch")
 
     def launch_paged(self, q, kv_cache, pages, cache_blocks: int, weights, ks, ke, out, workspace, rows: int, keys: int,
                      stream: int) -> None:

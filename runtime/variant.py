@@ -44,16 +44,22 @@ class Variant:
     # (runtime/paged_prefill.py), its name the gathered variant's with _pb<n> (an axis the tuner does
     # not search: a paged build times as its gathered twin, whose tuned choice it takes).
     page_block_size: int = 0
+    # Gated only: the arithmetic the scan gates in. 32: every key scored exactly in fp32 as it streams.
+    # 16: every key gated in fp16 (products accumulated in fp16, a packed fp16 head sum, a rigorous
+    # bound of the exact score: runtime/gate16.py), the keys a row may need scored again exactly; the
+    # answers are the fp32 gate's, byte for byte. Built for 64 heads in two-row blocks; name _g16.
+    gate_bits: int = 32
 
     _TEMPLATES = {"mmasync": "fused_mqa_topk_mmasync.cu.j2", "wgmma": "fused_mqa_topk_wgmma.cu.j2"}
     _GATE_TEMPLATE = "fused_mqa_topk_gate_wgmma.cu.j2"
     # name <-> fields; the prefix letters keep names readable: mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096,
     # gated variants end in _m<sample_tiles>: mqa_topk_wgmma_sm90a_h32_k2048_r4_t192_w12_s4_b16384_m32, and
-    # those with selector warps in _sw<select_warps>: ..._b16384_m32_sw3, paged builds in _pb<page_block_size>
+    # those with selector warps in _sw<select_warps>: ..._b16384_m32_sw3, paged builds in _pb<page_block_size>,
+    # the fp16 gate in _g16
     _PATTERN = re.compile(
         r"^mqa_topk_(?P<mma>[a-z]+)_(?P<arch>sm\d+a?)_h(?P<heads>\d+)_k(?P<top_k>\d+)_r(?P<rows>\d+)"
         r"_t(?P<key_tile>\d+)_w(?P<warps>\d+)_s(?P<stages>\d+)_b(?P<buffer>\d+)(?:_m(?P<sample_tiles>[1-9]\d*))?(?:_sw(?P<select_warps>[1-9]\d*))?"
-        r"(?:_pb(?P<page_block_size>[1-9]\d*))?$"
+        r"(?:_pb(?P<page_block_size>[1-9]\d*))?(?:_g(?P<gate_bits>16))?$"
     )
 
     @cached_property  # (asked on every call of the op: the library is found by it)
@@ -61,9 +67,10 @@ class Variant:
         gate = f"_m{self.sample_tiles}" if self.gated else ""
         gate += f"_sw{self.select_warps}" if self.select_warps else ""
         paged = f"_pb{self.page_block_size}" if self.page_block_size else ""
+        bits = f"_g{self.gate_bits}" if self.gate_bits != 32 else ""
         return (
             f"mqa_topk_{self.mma}_{self.arch}_h{self.heads}_k{self.top_k}_r{self.rows}"
-            f"_t{self.key_tile}_w{self.warps}_s{self.stages}_b{self.buffer}{gate}{paged}"
+            f"_t{self.key_tile}_w{self.warps}_s{self.stages}_b{self.buffer}{gate}{paged}{bits}"
         )
 
     @property
@@ -80,12 +87,12 @@ class Variant:
         """A gated variant's exact fallback, compiled into the same library: the streaming kernel on the
         same row blocks (same rows), two math warpgroups and the smallest buffer that fits."""
         return replace(self, key_tile=128, warps=8, stages=4, buffer=smallest_wgmma_buffer(self.top_k), sample_tiles=0,
-                       select_warps=0)
+                       select_warps=0, gate_bits=32)
 
     def paged_build(self, block_size: int) -> Variant:
         """This variant reading its keys straight from a paged cache of block_size-token blocks."""
-        if self.mma != "wgmma":
-            raise ValueError(f"{self.name}: only the wgmma kernels read the paged cache")
+        if self.mma != "wgmma" or self.gate_bits != 32:
+            raise ValueError(f"{self.name}: only the wgmma kernels gated in fp32 read the paged cache")
         return replace(self, page_block_size=check_page_block_size(block_size))
 
     @classmethod
@@ -127,12 +134,25 @@ class Variant:
             if self.select_warps:  # their radix scratch; per slab the item, served flag and gates; a split
                 # block's last-part flag, counts (up to 8 parts' segments a row) and bounds (two a row)
                 state += RADIX_SCRATCH_BYTES * self.rows + 2 * (2 + self.rows) * 4 + 4 + 4 * self.rows * (8 * self.warps + 2)
+            if self.gate_bits == 16:  # the fp16 gate's region and its union counts (templates: kGate16Bytes)
+                state += 4 * self.warps
+                return _round_up(q_ring + k_ring + self.gate16_region_bytes(q_ring + k_ring) + candidates + state, 8) + \
+                    8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0)) + 1024
             barriers = 8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0))
             return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
         scale_ring = self.stages * self.key_tile * 4
         state = select_scratch + 8 * self.rows + 4  # theta/count per row, block id
         return key_ring + scale_ring + candidates + _round_up(state, 4)
+
+    def gate16_region_bytes(self, rings: int) -> int:
+        """The fp16 gate's shared memory past the rings (which end at `rings`): padding to 1024 bytes, the
+        gate's Q tiles (a Q stage each), each math warpgroup's two gathered key tiles (64 keys of 128
+        bytes), the key norms' ring, and the gathered tiles' scales and key indices."""
+        pad = -rings % 1024
+        math_wgs = self.warps // 4
+        return pad + 2 * self.rows * self.heads * DIM + math_wgs * 2 * 64 * DIM + self.stages * self.key_tile * 4 + \
+            math_wgs * 2 * 64 * 8
 
     def registers_available(self) -> int:
         """Registers a (math) thread may use: 255 for mmasync; for wgmma what setmaxnreg can give the

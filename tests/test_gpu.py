@@ -14,6 +14,7 @@ from generator.verify import verify_topk
 from generator.workloads import FAMILIES, make_workload
 from runtime import dense_mqa_topk, fused_mqa_topk
 from runtime.defaults import default_variant, default_variants, kernel_kinds
+from runtime.variant import Variant
 from runtime.dense_variant import (
     SHORT_TOPK_SMALL_CTA,
     SHORT_TOPK_THREADS,
@@ -273,3 +274,24 @@ def test_the_libraries_block_order_is_heaviest_first(variant):
         blocks = -(-rows // variant.rows)
         got = scratch[: 4 * blocks].view(torch.int32)
         assert torch.equal(got, heaviest_first(ks, ke, keys, variant.rows).cuda()), (variant.name, rows)
+
+
+FP16_GATE = Variant.from_name("mqa_topk_wgmma_sm90a_h64_k2048_r2_t256_w8_s3_b16384_m32_sw7_g16")
+
+
+@pytest.mark.parametrize("full_range", [False, True])
+@pytest.mark.parametrize("family", ["random", "signed_weights", "large_offset", "flat", "increasing", "boundary_ties",
+                                    "relu_plateau", "multi_request", "short_rows", "random_ranges", "wide_range"])
+def test_the_fp16_gate_answers_as_its_fp32_twin_byte_for_byte(family, full_range):
+    """The fp16 gate lets through every key whose exact score reaches its row's gate and scores those
+    exactly with the fp32 scan's arithmetic: its answers are its fp32 twin's, byte for byte, and exact
+    (at fp8's full range, where unscaled fp16 sums would overflow, too)."""
+    from tools.half_gate import to_full_range
+
+    wl = make_workload(family, 300, 40000, 64, FP16_GATE.top_k, seed=5, device="cuda")
+    wl = to_full_range(wl) if full_range else wl
+    twin = dataclasses.replace(FP16_GATE, gate_bits=32)
+    out = run_poisoned(FP16_GATE, wl)
+    assert torch.equal(out, run_poisoned(twin, wl))
+    report = verify_topk(out, *wl.args(), strict=True)
+    assert report.ok, report.summary()

@@ -23,6 +23,14 @@ def test_name_encodes_every_parameter():
     assert selecting.select_warps == 3 and selecting.name.endswith("_m32_sw3")
 
 
+def test_the_fp16_gate_is_named_last_and_keeps_its_fp32_rescan():
+    v = Variant.from_name("mqa_topk_wgmma_sm90a_h64_k2048_r2_t256_w8_s3_b16384_m32_sw7_g16")
+    assert v.gate_bits == 16 and v.select_warps == 7 and Variant.from_name(v.name) == v
+    assert v.rescan_variant.gate_bits == 32 and "_g16" not in v.rescan_variant.name
+    with pytest.raises(ValueError, match="gated in fp32"):
+        v.paged_build(64)
+
+
 @pytest.mark.parametrize("bad", ["", "mqa_topk_mmasync_sm90a_h32", "mqa_topk_mmasync_sm90a_h32_k2048_r2_t256_w8_s3_b4096_x"])
 def test_bad_names_are_rejected(bad):
     with pytest.raises(ValueError, match="not a Variant name"):
@@ -90,6 +98,14 @@ def _with(**changes):
     (dict(mma="wgmma", key_tile=128, warps=8, rows=4, buffer=3072, select_warps=3), "selector warps .* gate's slabs only"),
     (dict(mma="wgmma", key_tile=256, warps=8, rows=4, buffer=16384, sample_tiles=16, select_warps=7), None),
     (dict(mma="wgmma", key_tile=192, warps=12, rows=4, buffer=16384, sample_tiles=16, select_warps=7), "two math warpgroups"),
+    # the fp16 gate: 64 heads in two-row blocks, gated variants only; its region fits beside three K stages
+    (dict(mma="wgmma", key_tile=256, warps=8, rows=2, heads=64, stages=3, buffer=16384, sample_tiles=32, select_warps=7,
+          gate_bits=16), None),
+    (dict(mma="wgmma", key_tile=256, warps=8, rows=4, buffer=16384, sample_tiles=16, gate_bits=16), "64 heads in two-row"),
+    (dict(mma="wgmma", key_tile=128, warps=8, rows=2, heads=64, buffer=3072, gate_bits=16), "gated variants .* only"),
+    (dict(mma="wgmma", key_tile=256, warps=8, rows=2, heads=64, stages=4, buffer=16384, sample_tiles=32, select_warps=7,
+          gate_bits=16), "bytes of shared memory"),
+    (dict(gate_bits=8), "gate_bits=8"),
 ])
 def test_rejection_reasons(changes, reason):
     got = rejection_reason(_with(**changes))

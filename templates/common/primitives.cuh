@@ -55,6 +55,7 @@ __device__ __forceinline__ float score_of_code(uint32_t code) {
 __device__ __forceinline__ void store_global(uint2* p, uint2 v) {
     asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(p), "r"(v.x), "r"(v.y));
 }
+__device__ __forceinline__ void store_global(int* p, int v) { asm volatile("st.global.u32 [%0], %1;\n" ::"l"(p), "r"(v)); }
 
 // threadIdx.x, read again wherever it is used: the compiler cannot hoist what derives from it out of a
 // persistent loop (hoisted, the selector warps' per-thread constants filled their 56 registers and

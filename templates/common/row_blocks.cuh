@@ -34,10 +34,12 @@ __device__ __forceinline__ int2 block_range(const Params& p, int row0) {
 // each it waits for a free Q stage, publishes the item in item_of_stage[stage] (the math warpgroups
 // read it once full_q[stage] completes), loads the block's Q tile (kRows x kHeads rows of 128 bytes)
 // and calls load_tiles(item, row0) to issue its K tiles. The last publication is -1: no more items.
+// With gate_q_map (the fp16 gate's query), a second Q tile is loaded into gate_q_ring on the same barrier.
 template <int kRows, int kHeads, int kQStages, typename BlockOf, typename LoadTiles>
 __device__ __forceinline__ void produce_row_blocks(int* counter, int num_items, int* item_of_stage, uint64_t* full_q,
                                                    uint64_t* empty_q, uint8_t* q_ring, const CUtensorMap* q_map,
-                                                   BlockOf block_of, LoadTiles load_tiles) {
+                                                   BlockOf block_of, LoadTiles load_tiles,
+                                                   const CUtensorMap* gate_q_map = nullptr, uint8_t* gate_q_ring = nullptr) {
     constexpr int kQTileBytes = kRows * kHeads * 128;
     for (int q_iter = 0;; ++q_iter) {
         const int qs = q_iter % kQStages;
@@ -50,8 +52,9 @@ __device__ __forceinline__ void produce_row_blocks(int* counter, int num_items, 
             return;
         }
         const int row0 = block_of(item) * kRows;
-        sm90::mbar_arrive_expect_tx(&full_q[qs], kQTileBytes);
+        sm90::mbar_arrive_expect_tx(&full_q[qs], gate_q_map != nullptr ? 2 * kQTileBytes : kQTileBytes);
         sm90::tma_load_query_tile(q_ring + qs * kQTileBytes, q_map, &full_q[qs], row0);
+        if (gate_q_map != nullptr) sm90::tma_load_query_tile(gate_q_ring + qs * kQTileBytes, gate_q_map, &full_q[qs], row0);
         load_tiles(item, row0);
     }
 }

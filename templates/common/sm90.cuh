@@ -82,6 +82,9 @@ constexpr uint64_t kKmajorSw128High = ((uint64_t(1024) >> 4) << 32)  // 1024 byt
                                       | (1ull << 62);                // layout type 1: 128-byte swizzle
 __device__ __forceinline__ uint32_t kmajor_sw128_start(const void* smem_ptr) { return (smem_addr(smem_ptr) & 0x3FFFFu) >> 4; }
 
+// Orders this thread's generic-proxy writes to shared memory (st.shared, completed cp.async) before
+// later async-proxy reads of it (wgmma operands, TMA stores).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
@@ -93,6 +96,9 @@ __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"
 // A fresh, undefined value for r, at no cost: ends its old value's live range where the register's
 // next reader (an accumulating product) ignores what it holds.
 __device__ __forceinline__ void discard_operand(float& r) { asm volatile("" : "=f"(r)); }
+// (The same for fp16 accumulator pairs.)
+__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void discard_operand(uint32_t& r) { asm volatile("" : "=r"(r)); }
 
 // ---- the TMA ring: full/empty barrier pairs, one stage per slot ---------------------------------
 // full[i] completes when the producer's loads into slot i have landed; empty[i] when all `consumers`

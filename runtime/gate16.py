@@ -1,0 +1,132 @@
+"""The inputs of the gate scanned in fp16 (gated variants with gate_bits 16: `_g16`), made once a call.
+
+The gated kernel's exact epilogue costs two fp32 instructions a (row, head, key) element and holds its
+scan at 0.80-0.88 of the fp8 floor. A `_g16` build scans every key with products accumulated in fp16
+(wgmma .f16) and a packed fp16 epilogue (HMNMX2 and HFMA2 over two heads: one instruction an element),
+and lets a key through when an upper bound of its exact score reaches the row's gate; the keys a row
+of the block lets through are then scored exactly, by the products and epilogue of today's scan, so
+the selection sees exactly the (score, key) pairs the fp32 scan would have appended and returns the
+same answer, byte for byte. Nothing here is approximate: a key whose exact score reaches the gate is
+always let through; a loose bound only costs exact rescoring.
+
+What the kernel cannot afford a key, made here a row and a key at a time (docs/fp16-gate.md):
+
+* `q_gate` [rows, heads, 128] fp8: each head of q scaled by a power of two 2^-s (sum_d |q_hd| x 448 <=
+  65,504 / 1.01, so no fp16 sum of products leaves fp16's range whatever the key), rounded to fp8
+  again, and each row's heads put in the order of the kernel's fp16 chains (`chain_order`);
+* `w_gate` [rows, heads] fp16: the weights times 2^s, times the row's chain scale 2^-r (every chain's
+  sum of |w| in (1/2, 1]), in the same order;
+* `row_bounds` [rows, 8] fp32: the constants of the row's bound (ROW_BOUND_FIELDS);
+* `key_norms` [keys] fp32: sum_d |k_d| of each key.
+
+The bound, for a key of a row with the fp16 chains' values v_c (G = sum_c v_c, over the row's four
+chains of 16 heads), with u = 2^-11 and gamma = 16u / (1 - 16u):
+
+    |2^r G - exact| <= alpha 2^r C + beta sum_d |k_d| + absolute,    C = sum of |v_c| over the pure chains
+
+* the chains' roundings: each chain's error is at most gamma times the sum of its terms' magnitudes;
+  a chain whose heads have one sign has that sum at most |v_c| / (1 - gamma) (C); the heads are sorted
+  by weight so that at most one chain (`mixed`) holds both signs, and it holds the smallest |w| of
+  both; its terms' sum is bounded by the norm (1 + u)(1 + A) max_d sum_{h in it} |w_h| |q_gate_hd| x
+  sum_d |k_d|;
+* the weights' rounding to fp16: u of the same sums (2u with the chains' own);
+* the products: fp16 accumulation within A = 5u of sum_d |q_gate_hd k_d| (measured on the H200:
+  tools/accumulation.py --wgmma-f16-steps 4 stayed within 1.10u over 65,536 trials) and q_gate's
+  rounding, c_d = sum_h |w_h 2^s| (A |q_gate_hd| + |q_hd 2^-s - q_gate_hd|): at most max_d c_d sum_d |k_d|;
+* fp16's subnormal range: absolute terms (tools/half_gate.py's);
+* the exact path's own fp32 arithmetic (its products accumulated in fp32 over 128 dims, its fp32 head
+  sums, the gate's fp32 adds and the key scale's multiply): FP32_SLACK of C and of the norm.
+
+tools/half_gate.py models the same arithmetic on the CPU (gate_row); tests/test_gate16.py holds this
+module to it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+U = 2.0 ** -11            # fp16's unit roundoff
+CHAIN = 16                # heads in each of a row's fp16 chains (kRows 2, 64 heads: two lanes x two halves)
+GAMMA = CHAIN * U / (1 - CHAIN * U)
+ACCUMULATION = 5 * U      # an fp16-accumulated 128-dim product's error over sum_d |q_d k_d| (measured 1.10u)
+FP32_SLACK = 2.0 ** -14   # the fp32 paths' roundings, generously (each is under 2^-16 of the same sums)
+TINY = 2.0 ** -25         # fp16's absolute rounding below its normal range
+F16_MAX = 65504.0
+FP8_MAX = 448.0
+GATE_HEADS = 64           # the one shape built so far: two rows a block, 64 heads (DeepSeek-V3.2's indexer)
+# row_bounds' columns: the chain scale 2^r, alpha 2^r, beta, the absolute term, the mixed chain (-1: none)
+ROW_BOUND_FIELDS = ("chain_scale", "alpha_scaled", "beta", "absolute", "mixed_chain")
+
+
+class GateInputs(NamedTuple):
+    q_gate: torch.Tensor      # [rows, heads, 128] fp8
+    w_gate: torch.Tensor      # [rows, heads] fp16
+    row_bounds: torch.Tensor  # [rows, 8] fp32 (ROW_BOUND_FIELDS, then zeros)
+    key_norms: torch.Tensor   # [keys] fp32
+
+
+def chain_positions(heads: int = GATE_HEADS) -> torch.Tensor:
+    """Where the kernel's chains read their heads: position[c * 16 + i] is the query column (head slot of
+    the row in the tile, sm90_host::query_map's order) of chain c's i-th term. With two rows a block a
+    lane t of a quad holds head slots 4j + 2 (t >> 1) + e of row t & 1 (j = 0 .. 15, e = 0, 1: the two
+    halves of its half2 registers); chain c = 2 (t >> 1) + e runs over j."""
+    if heads != GATE_HEADS:
+        raise ValueError(f"the fp16 gate is built for {GATE_HEADS} heads (two rows a block), got {heads}")
+    c = torch.arange(4).repeat_interleave(CHAIN)
+    j = torch.arange(CHAIN).repeat(4)
+    return 4 * j + 2 * (c >> 1) + (c & 1)
+
+
+def power_of_two_to(x: torch.Tensor, limit: float) -> torch.Tensor:
+    """2^e per element with x / 2^e in (limit / 2, limit] (1 where x is 0)."""
+    e = torch.ceil(torch.log2(x.clamp(min=1e-30) / limit))
+    return torch.where(x > 0, torch.exp2(e), torch.ones_like(x))
+
+
+@torch.no_grad()
+def gate_inputs(q: torch.Tensor, weights: torch.Tensor, k_fp8: torch.Tensor) -> GateInputs:
+    """The fp16 gate's inputs for q [rows, 64, 128] fp8, weights [rows, 64] fp32 and k_fp8 [keys, 128]
+    (on q's device; a few small torch ops, no kernel of ours)."""
+    rows, heads, dim = q.shape
+    positions = chain_positions(heads).to(q.device)
+    qf = q.float()
+    # Each head scaled to fp16's safe range, and rounded to fp8 again.
+    head_scale = power_of_two_to(qf.abs().sum(-1), F16_MAX / 1.01 / FP8_MAX)      # [rows, heads]
+    q_scaled = qf / head_scale[..., None]
+    q_rounded = q_scaled.to(torch.float8_e4m3fn)
+    rounding = (q_scaled - q_rounded.float()).abs()
+    w_full = weights.float() * head_scale                                          # the row's score unchanged
+    # Heads sorted by weight, largest first: chain c takes sorted heads 16c .. 16c + 15, so at most one
+    # chain (where the signs change) holds both, and it holds the smallest |w| of each sign.
+    order = torch.argsort(w_full, dim=1, descending=True, stable=True)            # [rows, heads]: sorted -> head
+    head_at = torch.empty_like(order)
+    head_at[:, positions] = order                                                  # query column -> head
+    w_sorted = torch.gather(w_full, 1, order).view(rows, 4, CHAIN)
+    mixed = ((w_sorted > 0).any(-1) & (w_sorted < 0).any(-1))                      # [rows, 4], at most one a row
+    mixed_chain = torch.where(mixed.any(-1), mixed.float().argmax(-1), torch.full_like(mixed[:, 0], -1, dtype=torch.long))
+    chain_abs = w_sorted.abs().sum(-1).amax(-1)                                    # [rows]
+    chain_scale = power_of_two_to(chain_abs, 1.0)                                  # 2^r
+    w_gate = torch.gather(w_full, 1, head_at) / chain_scale[:, None]
+    q_gate = torch.gather(q_rounded.view(torch.uint8), 1, head_at[..., None].expand(rows, heads, dim)).view(torch.float8_e4m3fn)
+
+    abs_w = w_full.abs()
+    qg = q_rounded.float().abs()
+    c = torch.einsum("rh,rhd->rd", abs_w, ACCUMULATION * qg + rounding + FP32_SLACK * q_scaled.abs())
+    in_mixed = torch.zeros_like(abs_w, dtype=torch.bool)
+    sorted_mixed = mixed.repeat_interleave(CHAIN, dim=1)                           # [rows, heads] by sorted index
+    in_mixed.scatter_(1, order, sorted_mixed)
+    mix = (1 + U) * (1 + ACCUMULATION) * torch.einsum("rh,rhd->rd", abs_w * in_mixed, qg)
+    beta = (GAMMA + 2 * U) * mix.amax(-1) + (1 + FP32_SLACK) * c.amax(-1)
+    alpha = (GAMMA + 2 * U) / (1 - GAMMA) + FP32_SLACK
+    w16_max = (w_gate.abs().amax(-1) * (1 + U))
+    absolute = (heads * TINY * (2 * w16_max + 1) + 2 * CHAIN * TINY) * chain_scale
+    row_bounds = torch.zeros(rows, 8, dtype=torch.float32, device=q.device)
+    row_bounds[:, 0] = chain_scale
+    row_bounds[:, 1] = alpha * chain_scale
+    row_bounds[:, 2] = beta
+    row_bounds[:, 3] = absolute
+    row_bounds[:, 4] = mixed_chain.float()
+    key_norms = k_fp8.float().abs().sum(-1)
+    return GateInputs(q_gate.contiguous(), w_gate.to(torch.float16).contiguous(), row_bounds, key_norms.contiguous())
