@@ -134,7 +134,7 @@ class Variant:
             if self.select_warps:  # their radix scratch; per slab the item, served flag and gates; a split
                 # block's last-part flag, counts (up to 8 parts' segments a row) and bounds (two a row)
                 state += RADIX_SCRATCH_BYTES * self.rows + 2 * (2 + self.rows) * 4 + 4 + 4 * self.rows * (8 * self.warps + 2)
-            if self.gate_bits == 16:  # the fp16 gate's region and its union counts (templates: kGate16Bytes)
+            if self.gate_bits == 16:  # the fp16 gate's region and its union lists' counts (templates: kGate16Bytes)
                 state += 4 * self.warps
                 return _round_up(q_ring + k_ring + self.gate16_region_bytes(q_ring + k_ring) + candidates + state, 8) + \
                     8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0)) + 1024
@@ -148,11 +148,11 @@ class Variant:
     def gate16_region_bytes(self, rings: int) -> int:
         """The fp16 gate's shared memory past the rings (which end at `rings`): padding to 1024 bytes, the
         gate's Q tiles (a Q stage each), each math warpgroup's two gathered key tiles (64 keys of 128
-        bytes), the key norms' ring, and the gathered tiles' scales and key indices."""
+        bytes), the key norms' ring, and four gathered chunks' scales and key indices a warpgroup."""
         pad = -rings % 1024
         math_wgs = self.warps // 4
         return pad + 2 * self.rows * self.heads * DIM + math_wgs * 2 * 64 * DIM + self.stages * self.key_tile * 4 + \
-            math_wgs * 2 * 64 * 8
+            math_wgs * 4 * 64 * 8
 
     def registers_available(self) -> int:
         """Registers a (math) thread may use: 255 for mmasync; for wgmma what setmaxnreg can give the
