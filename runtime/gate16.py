@@ -22,13 +22,13 @@ What the kernel cannot afford a key, made here a row and a key at a time (docs/f
 The bound, for a key of a row with the fp16 chains' values v_c (G = sum_c v_c, over the row's four
 chains of 16 heads), with u = 2^-11 and gamma = 16u / (1 - 16u):
 
-    |2^r G - exact| <= alpha 2^r C + beta sum_d |k_d| + absolute,    C = sum of |v_c| over the pure chains
+    |2^r G - exact| <= alpha 2^r C + beta sum_d |k_d| + absolute,    C = sum_c |v_c|
 
 * the chains' roundings: each chain's error is at most gamma times the sum of its terms' magnitudes;
-  a chain whose heads have one sign has that sum at most |v_c| / (1 - gamma) (C); the heads are sorted
-  by weight so that at most one chain (`mixed`) holds both signs, and it holds the smallest |w| of
-  both; its terms' sum is bounded by the norm (1 + u)(1 + A) max_d sum_{h in it} |w_h| |q_gate_hd| x
-  sum_d |k_d|;
+  a chain whose heads have one sign has that sum at most |v_c| / (1 - gamma); the heads are sorted by
+  weight so that at most one chain (`mixed`) holds both signs, and it holds the smallest |w| of both;
+  its terms' sum is bounded by the norm (1 + u)(1 + A) max_d sum_{h in it} |w_h| |q_gate_hd| x
+  sum_d |k_d| (so its |v_c| in C, which the kernel adds with the others', only loosens the bound);
 * the weights' rounding to fp16: u of the same sums (2u with the chains' own);
 * the products: fp16 accumulation within A = 5u of sum_d |q_gate_hd k_d| (measured on the H200:
   tools/accumulation.py --wgmma-f16-steps 4 stayed within 1.10u over 65,536 trials) and q_gate's
@@ -56,7 +56,8 @@ TINY = 2.0 ** -25         # fp16's absolute rounding below its normal range
 F16_MAX = 65504.0
 FP8_MAX = 448.0
 GATE_HEADS = 64           # the one shape built so far: two rows a block, 64 heads (DeepSeek-V3.2's indexer)
-# row_bounds' columns: the chain scale 2^r, alpha 2^r, beta, the absolute term, the mixed chain (-1: none)
+# row_bounds' columns: the chain scale 2^r, alpha 2^r, beta, the absolute term, the mixed chain (-1: none;
+# its terms are in beta: the kernel does not read it)
 ROW_BOUND_FIELDS = ("chain_scale", "alpha_scaled", "beta", "absolute", "mixed_chain")
 
 
