@@ -56,7 +56,9 @@ for name in sys.stdin.read().split():
     print(json.dumps({"name": name, "source": render(spec_from_name(name))}))
 """
 ENCODING = re.compile(r"/\*[0-9a-fx]+\*/")
-ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_")  # the anonymous namespace's name hashes the whole source
+# The anonymous namespace's name, and the internal-linkage names of the functions a kernel calls
+# (`_INTERNAL_<hash>_`), hash the whole source: any change elsewhere in the file changes them.
+ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]+_|_INTERNAL_[0-9a-f]{8}_")
 LABEL_NAME = re.compile(r"\.L_x_(\d+)")  # numbered across the file: renumbered per kernel, in order of appearance
 
 
