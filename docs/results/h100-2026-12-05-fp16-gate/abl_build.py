@@ -1,5 +1,5 @@
 """Patched builds of the g16 variant: baseline (+ union counters), no_exact_pass (+ counters)."""
-import re, subprocess, sys
+import subprocess, sys
 from pathlib import Path
 sys.path.insert(0, ".")
 from runtime.build import nvcc_flags, spec_from_name
