@@ -1,4 +1,5 @@
-"""Patched builds of the g16 variant: baseline (+ union counters), no_exact_pass (+ counters)."""
+"""Patched builds of a _g16 variant into .run9/abl/VARIANT/: `counted` (each block's union size added to the
+workspace counters 4 and 5, no rescan launched) and `scan16_only` (the same without the exact pass: not answers)."""
 import subprocess, sys
 from pathlib import Path
 sys.path.insert(0, ".")
