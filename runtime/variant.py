@@ -134,12 +134,12 @@ class Variant:
             if self.select_warps:  # their radix scratch; per slab the item, served flag and gates; a split
                 # block's last-part flag, counts (up to 8 parts' segments a row) and bounds (two a row)
                 state += RADIX_SCRATCH_BYTES * self.rows + 2 * (2 + self.rows) * 4 + 4 + 4 * self.rows * (8 * self.warps + 2)
+            region = 0
             if self.gate_bits == 16:  # the fp16 gate's region and its union lists' counts (templates: kGate16Bytes)
+                region = self.gate16_region_bytes(q_ring + k_ring)
                 state += 4 * self.warps
-                return _round_up(q_ring + k_ring + self.gate16_region_bytes(q_ring + k_ring) + candidates + state, 8) + \
-                    8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0)) + 1024
             barriers = 8 * (2 * (2 + self.stages) + (2 * slabs if self.select_warps else 0))
-            return _round_up(q_ring + k_ring + candidates + state, 8) + barriers + 1024
+            return _round_up(q_ring + k_ring + region + candidates + state, 8) + barriers + 1024
         key_ring = self.stages * self.key_tile * SMEM_KEY_STRIDE
         scale_ring = self.stages * self.key_tile * 4
         state = select_scratch + 8 * self.rows + 4  # theta/count per row, block id
