@@ -41,8 +41,8 @@ NO_RELU = ([(r"s = fmaf\(w\[j\]\[c & 1\], fmaxf\(acc\[4 \* j \+ c\], 0\.f\), s\)
            "the relu's fmax (w |x| summed instead: wrong scores, the time of one FFMA an element)")
 # No epilogue arithmetic at all: each lane's totals are raw dot products (in the gated kernel the
 # gate, taken from the same raw values, still passes about as many keys): the scoring pipeline alone.
-NO_HEAD_SUMS = ([(r"sm90::row_sums<kRows, kHeads>\(acc\[s\], w, v\);",
-                  "for (int m = 0; m < Lane::kCount; ++m) v[m] = acc[s][m];")],
+NO_HEAD_SUMS = ([(r"sm90::row_sums<kRows, kHeads>\((acc\[s\]|a), w, v\);",
+                  r"for (int m = 0; m < Lane::kCount; ++m) v[m] = \1[m];")],
                 "the relu / weight / head-sum epilogue")
 
 
@@ -71,9 +71,9 @@ F16_PRODUCTS = [
     (r"float \(&acc\)\[(?:kSlices\]\[)?(\d+)\]", lambda m: "uint32_t" + _halved(m)[len("float"):]),
     (r"for \(int [ij] = 0; [ij] < (\d+); \+\+[ij]\) (?:fence|discard)_operand\(acc", _halved),
     (r"float acc\[((?:kSlices\]\[)?)kN / 2\];", r"uint32_t acc[\1kN / 4];"),
-    (r"(__device__ __forceinline__ void discard_operand\(float& r\) \{ asm volatile\(\"\" : \"=f\"\(r\)\); \}\n)",
-     r'\1__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }\n'
-     r'__device__ __forceinline__ void discard_operand(uint32_t& r) { asm volatile("" : "=r"(r)); }\n'),
+    (r"const float \(&a\)\[kN / 2\]", "const uint32_t (&a)[kN / 4]"),  # the gated kernel's append_scores
+    # (the fp16 gate's own fp16 product, which the retyped fp32 one now duplicates)
+    (r"(?s)// wgmma_keys_queries with fp16 accumulators[^\n]*\n__device__ __forceinline__ void wgmma_keys_queries\(uint32_t.*?\n\}\n", ""),
     (r"#include <cstdint>\n", "#include <cstdint>\n#include <cuda_fp16.h>\n"),
 ]
 # The head sums in packed fp16 on those pairs: HMNMX2 (relu) and HFMA2 (w relu(x) added), one
@@ -132,7 +132,7 @@ GATED_ABLATIONS = {
     "no_scan_appends": NO_SCAN_APPENDS,
     # The scan loop's tensor-core pipeline alone (TMA ring, products, waits): no epilogue, no appends.
     "products_only": (NO_HEAD_SUMS[0] + NO_SCAN_APPENDS[0], "the epilogue and the appends (the scan's products alone)"),
-    "f16_products_only": (F16_PRODUCTS + [(NO_HEAD_SUMS[0][0][0], "for (int m = 0; m < Lane::kCount; ++m) v[m] = __uint_as_float(acc[s][m]);")]
+    "f16_products_only": (F16_PRODUCTS + [(NO_HEAD_SUMS[0][0][0], r"for (int m = 0; m < Lane::kCount; ++m) v[m] = __uint_as_float(\1[m]);")]
                           + NO_SCAN_APPENDS[0],
                           "the epilogue and the appends, products accumulated in fp16 (their rate alone)"),
     # What a gate on fp16 sums costs ("Past the epilogue"; docs/fp16-gate.md): its scores are approximate
