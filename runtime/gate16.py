@@ -13,7 +13,7 @@ What the kernel cannot afford a key, made here a row and a key at a time (docs/f
 
 * `q_gate` [rows, heads, 128] fp8: each head of q scaled by a power of two 2^-s (sum_d |q_hd| x 448 <=
   65,504 / 1.01, so no fp16 sum of products leaves fp16's range whatever the key), rounded to fp8
-  again, and each row's heads put in the order of the kernel's fp16 chains (`chain_order`);
+  again, and each row's heads put in the order of the kernel's fp16 chains (`chain_positions`);
 * `w_gate` [rows, heads] fp16: the weights times 2^s, times the row's chain scale 2^-r (every chain's
   sum of |w| in (1/2, 1]), in the same order;
 * `row_bounds` [rows, 8] fp32: the constants of the row's bound (ROW_BOUND_FIELDS);
@@ -89,7 +89,8 @@ def power_of_two_to(x: torch.Tensor, limit: float) -> torch.Tensor:
 @torch.no_grad()
 def gate_inputs(q: torch.Tensor, weights: torch.Tensor, k_fp8: torch.Tensor) -> GateInputs:
     """The fp16 gate's inputs for q [rows, 64, 128] fp8, weights [rows, 64] fp32 and k_fp8 [keys, 128]
-    (on q's device; a few small torch ops, no kernel of ours)."""
+    (on q's device, by torch ops: several fp32 passes over q, 7.3-7.5 ms a call at 16,384 rows on an
+    H100; BENCHMARKS.md, "Past the epilogue: the fp16 gate built")."""
     rows, heads, dim = q.shape
     positions = chain_positions(heads).to(q.device)
     qf = q.float()

@@ -17,15 +17,7 @@ import torch
 
 from generator.workloads import make_workload
 from runtime.gate16 import CHAIN, GATE_HEADS, chain_positions, gate_inputs
-from tools.half_gate import fp16_accumulated, to_full_range
-
-
-def fma_chain(w16: torch.Tensor, r16: torch.Tensor) -> torch.Tensor:
-    """HFMA2's chain: sum_i w16[i] r16[i] in order, each step rounded to fp16 ([terms, keys] -> [keys])."""
-    acc = torch.zeros(r16.shape[1], dtype=torch.float64)
-    for i in range(r16.shape[0]):
-        acc = (w16[i].double() * r16[i].double() + acc).half().double()
-    return acc
+from tools.half_gate import fma_chain, fp16_accumulated, to_full_range
 
 
 def kernel_gate(gate, row: int, k_fp8: torch.Tensor, pure_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
