@@ -46,34 +46,18 @@ NO_HEAD_SUMS = ([(r"sm90::row_sums<kRows, kHeads>\((acc\[s\]|a), w, v\);",
                 "the relu / weight / head-sum epilogue")
 
 
-def _f16_product(match: re.Match) -> str:
-    """The rendered fp32-accumulating wgmma wrapper for N, rewritten to accumulate in fp16: N / 4 packed
-    half2 registers (register 2j + k: columns 8j + 2t + {0, 1} of key g + 8k)."""
-    n = int(match.group(1))
-    ops = ", ".join(f"%{i}" for i in range(n // 4))
-    outs = ", ".join(f'"+r"(d[{i}])' for i in range(n // 4))
-    return (f"__device__ __forceinline__ void wgmma_m64n{n}k32_e4m3(uint32_t (&d)[{n // 4}], uint64_t desc_a, uint64_t desc_b, int accumulate) {{\n"
-            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n // 4 + 2}, 0;\\n"\n'
-            f'        "wgmma.mma_async.sync.aligned.m64n{n}k32.f16.e4m3.e4m3 {{{ops}}}, %{n // 4}, %{n // 4 + 1}, p, 1, 1;\\n}}\\n"\n'
-            f'        : {outs}\n        : "l"(desc_a), "l"(desc_b), "r"(accumulate));\n}}\n')
-
-
 def _halved(match: re.Match) -> str:
     """match.group(0) with its first number halved (N / 2 fp32 accumulators -> N / 4 half2 registers)."""
     return match.group(0).replace(match.group(1), str(int(match.group(1)) // 2), 1)
 
 
 # Products accumulated in fp16 (wgmma .f16.e4m3.e4m3): every accumulator array N / 4 registers of packed
-# half2 pairs, the pairs a half2 epilogue reads.
+# half2 pairs, the pairs a half2 epilogue reads; the products take the fp16 overload of the wgmma
+# wrapper (the fp16 gate's: common/wgmma.cuh.j2).
 F16_PRODUCTS = [
-    (r"(?s)__device__ __forceinline__ void wgmma_m64n(\d+)k32_e4m3\(float \(&d\)\[\d+\], uint64_t desc_a, "
-     r"uint64_t desc_b, int accumulate\) \{\n.*?\n\}\n", _f16_product),
     (r"float \(&acc\)\[(?:kSlices\]\[)?(\d+)\]", lambda m: "uint32_t" + _halved(m)[len("float"):]),
-    (r"for \(int [ij] = 0; [ij] < (\d+); \+\+[ij]\) (?:fence|discard)_operand\(acc", _halved),
     (r"float acc\[((?:kSlices\]\[)?)kN / 2\];", r"uint32_t acc[\1kN / 4];"),
     (r"const float \(&a\)\[kN / 2\]", "const uint32_t (&a)[kN / 4]"),  # the gated kernel's append_scores
-    # (the fp16 gate's own fp16 product, which the retyped fp32 one now duplicates)
-    (r"(?s)// wgmma_keys_queries with fp16 accumulators[^\n]*\n__device__ __forceinline__ void wgmma_keys_queries\(uint32_t.*?\n\}\n", ""),
     (r"#include <cstdint>\n", "#include <cstdint>\n#include <cuda_fp16.h>\n"),
 ]
 # The head sums in packed fp16 on those pairs: HMNMX2 (relu) and HFMA2 (w relu(x) added), one
