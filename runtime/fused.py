@@ -7,7 +7,7 @@ import torch
 from .contract import Problem
 from .dense import run_dense
 from .dispatch import choose_variant
-from .gate16 import gate_inputs
+from .gate16 import gate_inputs_on_device
 from .loader import aligned16, allocate, answer_buffer, launch_on, load, load_or_warn
 from .variant import Variant
 
@@ -50,7 +50,7 @@ def launch_variant(variant: Variant, q, k_fp8, k_scale, weights, ks, ke, top_k: 
         args = (q.data_ptr(), k_fp8.data_ptr(), k_scale.data_ptr(), weights.data_ptr(), ks.data_ptr(), ke.data_ptr(),
                 out.data_ptr(), workspace.data_ptr(), rows, keys)
         if variant.gate_bits == 16:
-            gate = gate_inputs(q, weights, k_fp8)  # (kept alive until the launch is queued; the stream orders the rest)
+            gate = gate_inputs_on_device(lib, q, weights, k_fp8, stream)  # (alive until the launch is queued: the stream orders the rest)
             lib.launch_gate16(*args, *(x.data_ptr() for x in gate), stream)
         else:
             lib.launch(*args, stream)

@@ -63,6 +63,9 @@ class KernelLibrary(_Library):
         getattr(self._lib, launch).argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] if variant.page_block_size
                                                else [ctypes.c_void_p] * 3) + [ctypes.c_void_p] * 5 + \
             [ctypes.c_int, ctypes.c_int] + gate_inputs + [ctypes.c_void_p]
+        if gate_inputs:  # (q, weights, k, rows, keys, q_gate, w_gate, row_bounds, key_norms, stream)
+            self._lib.mqa_topk_gate16_inputs.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 5
+            self._int_functions("mqa_topk_gate16_inputs")
         self._lib.mqa_topk_block_order.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 2
         self._int_functions(launch, "mqa_topk_block_order", "mqa_topk_smem_bytes", "mqa_topk_threads",
                             "mqa_topk_rows_per_block")
@@ -85,6 +88,11 @@ class KernelLibrary(_Library):
         """An fp16 gate's launch: the plain launch's arguments and the gate's inputs (runtime/gate16.py)."""
         self._check(self._lib.mqa_topk_launch_gate16(q, k, k_scale, weights, ks, ke, out, workspace, rows, keys, q_gate, w_gate,
                                                      row_bounds, key_norms, stream), "launch")
+
+    def gate16_inputs(self, q, weights, k, rows: int, keys: int, q_gate, w_gate, row_bounds, key_norms, stream: int) -> None:
+        """An fp16 gate's build: its inputs made on the GPU (runtime/gate16.gate_inputs_on_device)."""
+        self._check(self._lib.mqa_topk_gate16_inputs(q, weights, k, rows, keys, q_gate, w_gate, row_bounds, key_norms, stream),
+                    "the gate's inputs")
 
     def launch_paged(self, q, kv_cache, pages, cache_blocks: int, weights, ks, ke, out, workspace, rows: int, keys: int,
                      stream: int) -> None:

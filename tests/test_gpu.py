@@ -296,3 +296,27 @@ def test_the_fp16_gate_answers_as_its_fp32_twin_byte_for_byte(family, full_range
     assert torch.equal(out, run_poisoned(twin, wl))
     report = verify_topk(out, *wl.args(), strict=True)
     assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("full_range", [False, True])
+@pytest.mark.parametrize("family", ["random", "signed_weights", "wide_range", "mostly_zero", "peaked"])
+def test_the_fp16_gate_inputs_kernel_makes_what_gate_inputs_defines(family, full_range):
+    """The `_g16` library's kernels make the gate's inputs as runtime/gate16.gate_inputs defines them: the
+    gate's query and weights byte for byte, the bound's constants and key norms within fp32 rounding
+    (their sums add in another order), into outputs poisoned first."""
+    from runtime.gate16 import GateInputs, gate_inputs, gate_inputs_on_device
+    from runtime.loader import load
+    from tools.half_gate import to_full_range
+
+    wl = make_workload(family, 300, 5000, 64, 256, seed=7, device="cuda")
+    wl = to_full_range(wl) if full_range else wl
+    want = gate_inputs(wl.q, wl.weights, wl.k_fp8)
+    poisoned = GateInputs(*(torch.full_like(x.view(torch.uint8), 0xFF).view(x.dtype) for x in want))
+    got = gate_inputs_on_device(load(FP16_GATE), wl.q, wl.weights, wl.k_fp8, torch.cuda.current_stream().cuda_stream,
+                                out=poisoned)
+    torch.cuda.synchronize()
+    assert torch.equal(got.q_gate.view(torch.uint8), want.q_gate.view(torch.uint8))
+    assert torch.equal(got.w_gate.view(torch.int16), want.w_gate.view(torch.int16))
+    assert torch.equal(got.row_bounds[:, [0, 4]], want.row_bounds[:, [0, 4]])  # the chain scale, the mixed chain
+    assert torch.allclose(got.row_bounds, want.row_bounds, rtol=2.0 ** -16, atol=0)
+    assert torch.allclose(got.key_norms, want.key_norms, rtol=2.0 ** -16, atol=0)
