@@ -29,13 +29,15 @@ chains of 16 heads), with u = 2^-11 and gamma = gamma_8 + u (1 + gamma_8), gamma
 
 * the chains' roundings: a chain is two FMA chains of 8 terms (each within gamma_8 of its terms'
   magnitudes) added in fp16 (u of the sum), so its error is at most gamma times its terms' magnitudes
-  (the bound as first built took gamma_16, as for one chain of 16: nearly twice this); a chain whose heads have one sign has that sum at most |v_c| / (1 - gamma); the heads are sorted by
-  weight so that at most one chain (`mixed`) holds both signs, and it holds the smallest |w| of both.
+  (the bound as first built took gamma_16, as for one chain of 16: nearly twice this); a chain whose
+  heads have one sign has that sum at most |v_c| / (1 - gamma); the heads are sorted by weight so
+  that at most one chain (`mixed`) holds both signs, and it holds the smallest |w| of both.
   Its terms' sum P + M (positive and negative parts) is |P - M| + 2 min(P, M) <= (|v_c| + 2 min(P, M))
   / (1 - gamma): |v_c| is in C like the others', and min(P, M) is at most the part of either sign,
   bounded by the norm: (1 + u)(1 + 4e) max_d sum_{h of that sign in it} |w_h| |q_gate_hd| x sum_d |k_d|,
   the smaller of the two signs' (the fewer heads, nearest zero weight);
-* the weights' rounding to fp16: u of the same sums (2u with the chains' own);
+* the weights' rounding to fp16: u of the same sums (the bound takes 2u: the other u, taken for the
+  chains' add before gamma counted it, is kept as margin);
 * the products: the four k32 instructions of an fp16-accumulated 128-dim product each round once,
   within e = STEP_ERROR of |C| + their 32 terms' magnitudes (measured on the H200: one instruction
   within 0.88u, tools/accumulation.py --wgmma-f16-steps 1; the bound takes 1.25u). Instruction i's

@@ -99,3 +99,35 @@ def test_the_power_of_two_puts_each_value_in_its_half_open_range_exactly():
     assert bool(((q <= limit) & (q > limit / 2)).all()), q
     assert torch.equal(torch.frexp(scale).mantissa, torch.full_like(x, 0.5))  # powers of two
     assert float(power_of_two_to(torch.tensor([0.0]), limit)) == 1.0
+
+
+def test_the_model_gates_no_higher_than_the_exact_kth_score_where_they_must_be_safe():
+    """tools/gate16_model.py's thresholds: a gate proved by counting lower bounds and the k-th largest
+    lower bound never pass the row's exact k-th score (so a kernel using them would lose no key), and the
+    sample it takes is the kernel's (about SAMPLE_HITS of the top k in expectation)."""
+    from tools.gate16_model import study_data
+
+    proved = 0
+    for data in ("signed", "positive"):  # (signed: the lower bounds too wide to prove a candidate; positive: they do)
+        proved += gates_row_by_row(study_data(data, 4, 32768, 256, seed=2))
+    assert proved >= 4
+
+
+def gates_row_by_row(wl) -> int:
+    from tools.gate16_model import SAMPLE_HITS, counted_gate, sample_of, thresholds
+
+    proved = 0
+    gate = gate_inputs(wl.q, wl.weights, wl.k_fp8)
+    for row in range(wl.rows):
+        exact = exact_scores(wl.q[row], wl.weights[row], wl.k_fp8, wl.k_scale)
+        g, bound = kernel_gate(gate, row, wl.k_fp8)
+        lower = (g - bound) * wl.k_scale.double()
+        kth = float(exact.topk(256).values[-1])
+        t = thresholds(exact, lower, 256)
+        assert t["exact"] == kth and t["lower"] <= kth
+        counted = counted_gate(exact, lower, 256, fractions=(0.1, 0.5, 1.0, 1.5, 3.0))
+        assert counted is None or counted <= kth
+        proved += counted is not None
+        sample, mu = sample_of(exact, 256)
+        assert abs(mu - SAMPLE_HITS) < 8 and sample.shape[0] % 256 == 0
+    return proved

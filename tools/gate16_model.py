@@ -7,10 +7,11 @@ chain_positions()[16c:16c + 16], as two FMA chains of the even and odd terms, ad
 and magnitudes C, and the bound from runtime/gate16.py's row_bounds and key_norms. tests/test_gate16.py
 holds the bound to it; this tool measures what the bound costs: the keys either row of a two-row block
 lets through (the union the kernel's exact pass scores again, a key of it costing 3.4-5.7 keys of the
-fp32 scan on an H100: BENCHMARKS.md, "Past the epilogue: the fp16 gate built"), at the thresholds of `thresholds`: the kernel's own gate (sampled: the exact score at gate_rank among
-the keys of the tiles sample_tiles picks, what the built kernel passes), larger samples, a gate proved by
-counting lower bounds (counted_gate), the k-th largest lower bound, and the row's exact k-th score (the
-least any gate passes).
+fp32 scan on an H100: BENCHMARKS.md, "Past the epilogue: the fp16 gate built"), at the thresholds of
+`thresholds`: the kernel's own gate (sampled: the exact score at gate_rank among the keys of the tiles
+sample_tiles picks, what the built kernel passes), larger samples, a gate proved by counting lower
+bounds (counted_gate), the k-th largest lower bound, and the row's exact k-th score (the least any gate
+passes). Each row's bound is checked on every key (the run stops where the exact score leaves it).
 
 Rows see every key (a long chunk's last rows). Data: the benchmarks' distributions (positive: random q
 and k, weights in [0, 1); signed: weights in [-1, 1); indexer: positive, per-token key scales spread
@@ -152,8 +153,9 @@ def thresholds(exact: torch.Tensor, lower: torch.Tensor, top_k: int) -> dict[str
 
 
 def study(data: str, keys: int, rows: int, top_k: int, seed: int = 0, full_range: bool = False) -> dict:
-    """The union of each two-row block's candidates (a share of the keys) at the sampled and the exact
-    threshold, candidates a row over top_k, and the bound's size over the largest error seen."""
+    """The union of each two-row block's candidates (a share of the keys; median and worst over the
+    blocks) at each of `thresholds`' thresholds, candidates a row over top_k (median over the rows), and
+    the bound over the largest error seen (the median key's bound, median over the rows)."""
     wl = study_data(data, rows, keys, top_k, seed, full_range)
     gate = gate_inputs(wl.q, wl.weights, wl.k_fp8)
     scale = wl.k_scale.double()
