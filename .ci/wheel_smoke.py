@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import PurePosixPath
 
 import torch
 
@@ -13,6 +14,7 @@ import generator
 import runtime
 from generator.verify import verify_topk
 from generator.workloads import make_workload
+from runtime import kernel_code
 from runtime.build import build
 from runtime.toolchain import nvcc_path
 from runtime.defaults import default_variant
@@ -23,6 +25,18 @@ from runtime.table import load_table, table_for
 checkout = os.environ["CHECKOUT"]  # the source tree the wheel was built from: nothing may come from it
 for module in (generator, runtime):
     assert not module.__file__.startswith(checkout), f"{module.__name__} imported from the checkout: {module.__file__}"
+
+# Every template and kernel module shipped: the wheel's code digests are the checkout's (a file left out
+# of package-data would change them, and the shipped tables would then read as timed for other code).
+templates_dir = os.path.join(checkout, "templates")
+shipped = {os.path.relpath(os.path.join(d, f), templates_dir).replace(os.sep, "/"): open(os.path.join(d, f), "rb").read()
+           for d, _, files in os.walk(templates_dir) if "__pycache__" not in d for f in files}
+for digest, kept, modules in ((kernel_code.code_digest, kernel_code.prefill_template, kernel_code.KERNEL_MODULES),
+                              (kernel_code.paged_code_digest, kernel_code.paged_template, kernel_code.PAGED_KERNEL_MODULES)):
+    want = kernel_code.digest_of({rel: b for rel, b in shipped.items() if kept(PurePosixPath(rel))},
+                                 {name: open(os.path.join(checkout, "runtime", name), "rb").read() for name in modules})
+    assert digest() == want, f"{digest.__name__}: the wheel's {digest()} is not the checkout's {want} (a template not shipped?)"
+print("code digests: ok")
 
 variant = default_variant(32, 512, mma="mmasync")
 source = render(variant)
