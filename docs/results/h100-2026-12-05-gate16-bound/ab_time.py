@@ -1,0 +1,51 @@
+"""GPU: the tightened bound and a larger sample against f55a73d's bound, union counted (patched builds, no rescan),
+three data distributions, 16,384-row causal chunks; and the gate's inputs by torch against the CUDA kernels."""
+import json, sys
+from dataclasses import replace
+sys.path.insert(0, "."); sys.path.insert(0, ".run10")
+import torch
+import gate16_old
+from runtime.variant import Variant
+from runtime.loader import KernelLibrary, load
+from runtime.gate16 import gate_inputs, gate_inputs_on_device
+from generator.workloads import make_workload
+from generator.timing import interleaved_ms, median_ms
+name = sys.argv[1]
+b = Variant.from_name(name); a = replace(b, gate_bits=32)
+libs = {k: KernelLibrary(b, f".run10/abl/{name}/{k}.so") for k in ("counted", "counted_hits48")}
+s = torch.cuda.current_stream().cuda_stream
+for keys in (131072, 262144, 524288):
+    for data in ("positive", "signed", "indexer"):
+        wl = make_workload("random", 16384, keys, 64, b.top_k, seed=3, device="cuda")
+        g = torch.Generator(device="cuda"); g.manual_seed(4)
+        w = torch.rand(16384, 64, generator=g, device="cuda")
+        scale = torch.rand(keys, generator=g, device="cuda") + 0.5
+        if data == "signed": w = w * 2 - 1
+        if data == "indexer":
+            pos = torch.arange(keys, device="cuda", dtype=torch.float32)
+            scale = (torch.rand(keys, generator=g, device="cuda") * 4 - 2).exp2() * (1 + 3 * pos / (keys - 1)) * torch.where(pos < 4, 8.0, 1.0)
+        wl = replace(wl, weights=w.contiguous(), k_scale=scale.contiguous())
+        old, new = gate16_old.gate_inputs(wl.q, wl.weights, wl.k_fp8), gate_inputs(wl.q, wl.weights, wl.k_fp8)
+        out = torch.empty(16384, b.top_k, dtype=torch.int32, device="cuda")
+        la = load(a)
+        wsa = torch.zeros(la.workspace_bytes(16384), dtype=torch.uint8, device="cuda")
+        ws = {k: torch.zeros(l.workspace_bytes(16384), dtype=torch.uint8, device="cuda") for k, l in libs.items()}
+        args = lambda w_: (wl.q.data_ptr(), wl.k_fp8.data_ptr(), wl.k_scale.data_ptr(), wl.weights.data_ptr(), wl.ks.data_ptr(), wl.ke.data_ptr(), out.data_ptr(), w_.data_ptr(), 16384, keys)
+        runs = {"fp32": lambda: la.launch(*args(wsa), s),
+                "old_bound": lambda: libs["counted"].launch_gate16(*args(ws["counted"]), *(x.data_ptr() for x in old), s),
+                "new_bound": lambda: libs["counted"].launch_gate16(*args(ws["counted"]), *(x.data_ptr() for x in new), s),
+                "new_hits48": lambda: libs["counted_hits48"].launch_gate16(*args(ws["counted_hits48"]), *(x.data_ptr() for x in new), s)}
+        row = {"keys": keys, "data": data}
+        for k, f in runs.items():  # union counts: one run each from zeroed counters
+            if k == "fp32": continue
+            wk = ws["counted_hits48" if k == "new_hits48" else "counted"]; wk.zero_(); f(); torch.cuda.synchronize()
+            c = wk[:32].view(torch.int32).tolist()
+            row[k + "_union_share"] = c[4] / max(c[5], 1) / float((wl.ke - wl.ks).float().mean()); row[k + "_rescan"] = c[1]
+        t = interleaved_ms(runs, warmup=1, reps=7)
+        row.update({k: round(v.ms, 3) for k, v in t.items()})
+        if keys == 131072:
+            row["inputs_torch_ms"] = median_ms(lambda: gate_inputs(wl.q, wl.weights, wl.k_fp8), warmup=2, reps=7)
+            row["inputs_cuda_ms"] = median_ms(lambda: gate_inputs_on_device(load(b), wl.q, wl.weights, wl.k_fp8, s), warmup=2, reps=7)
+        print(json.dumps(row), flush=True)
+        del wl, old, new, out, wsa, ws
+        torch.cuda.empty_cache()
