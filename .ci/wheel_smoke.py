@@ -6,7 +6,6 @@ import os
 import shutil
 import sys
 import tempfile
-from pathlib import PurePosixPath
 
 import torch
 
@@ -31,11 +30,9 @@ for module in (generator, runtime):
 templates_dir = os.path.join(checkout, "templates")
 shipped = {os.path.relpath(os.path.join(d, f), templates_dir).replace(os.sep, "/"): open(os.path.join(d, f), "rb").read()
            for d, _, files in os.walk(templates_dir) if "__pycache__" not in d for f in files}
-for digest, kept, modules in ((kernel_code.code_digest, kernel_code.prefill_template, kernel_code.KERNEL_MODULES),
-                              (kernel_code.paged_code_digest, kernel_code.paged_template, kernel_code.PAGED_KERNEL_MODULES)):
-    want = kernel_code.digest_of({rel: b for rel, b in shipped.items() if kept(PurePosixPath(rel))},
-                                 {name: open(os.path.join(checkout, "runtime", name), "rb").read() for name in modules})
-    assert digest() == want, f"{digest.__name__}: the wheel's {digest()} is not the checkout's {want} (a template not shipped?)"
+want = kernel_code.digests_of(shipped, lambda name: open(os.path.join(checkout, "runtime", name), "rb").read())
+got = (kernel_code.code_digest(), kernel_code.paged_code_digest())
+assert got == want, f"the wheel's (prefill, paged) code digests {got} are not the checkout's {want} (a template not shipped?)"
 print("code digests: ok")
 
 variant = default_variant(32, 512, mma="mmasync")

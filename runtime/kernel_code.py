@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 from .data import data_dir
 
@@ -48,26 +49,38 @@ def paged_template(rel: PurePosixPath) -> bool:
     return rel.parts[0] == "common" or rel.name.startswith(PAGED_TEMPLATE_PREFIX)
 
 
-def _digest(templates_kept, modules: tuple[str, ...]) -> str:
-    templates = data_dir("templates")
-    files = {p.relative_to(templates).as_posix(): p for p in templates.rglob("*")
-             if p.is_file() and "__pycache__" not in p.parts}
-    package = Path(__file__).resolve().parent
-    return digest_of({rel: path.read_bytes() for rel, path in files.items() if templates_kept(PurePosixPath(rel))},
-                     {name: (package / name).read_bytes() for name in modules})
+def digests_of(templates: dict[str, bytes], module: Callable[[str], bytes]) -> tuple[str, str]:
+    """(prefill, paged) digests of a tree of kernel code: its template files (path relative to templates/
+    -> bytes) and its kernel modules as `module(file name)` reads them. Which files enter which digest is
+    decided here alone, whether the tree is this checkout, a revision in git (tools/restamp_table.py) or
+    a checkout an installed wheel must match (.ci/wheel_smoke.py)."""
+    def one(kept, modules: tuple[str, ...]) -> str:
+        return digest_of({rel: data for rel, data in templates.items() if kept(PurePosixPath(rel))},
+                         {name: module(name) for name in modules})
+
+    return one(prefill_template, KERNEL_MODULES), one(paged_template, PAGED_KERNEL_MODULES)
 
 
 @lru_cache(maxsize=1)
+def _installed_digests() -> tuple[str, str]:
+    """digests_of this installation's templates (a checkout's templates/, a wheel's runtime.templates) and
+    kernel modules (this package's)."""
+    templates = data_dir("templates")
+    files = {p.relative_to(templates).as_posix(): p.read_bytes() for p in templates.rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    package = Path(__file__).resolve().parent
+    return digests_of(files, lambda name: (package / name).read_bytes())
+
+
 def code_digest() -> str:
     """16 hex digits of sha256 over the prefill kernels' templates (all but the paged ones) and
     KERNEL_MODULES (file names and bytes)."""
-    return _digest(prefill_template, KERNEL_MODULES)
+    return _installed_digests()[0]
 
 
-@lru_cache(maxsize=1)
 def paged_code_digest() -> str:
     """The same over the paged decode kernel's: the shared headers, its templates, PAGED_KERNEL_MODULES."""
-    return _digest(paged_template, PAGED_KERNEL_MODULES)
+    return _installed_digests()[1]
 
 
 def code_digest_of(variant) -> str:

@@ -51,25 +51,15 @@ from tools.compare_sass import base_sources, compare  # noqa: E402
 
 def digests_at(rev: str) -> tuple[str, str]:
     """(prefill, paged) code digests of revision `rev` (runtime/kernel_code.py's, from its files in git)."""
-    from functools import cache
-    from pathlib import PurePosixPath
-
     from runtime import kernel_code
 
-    @cache  # (the shared headers and modules enter both digests: each file read once)
     def show(path: str) -> bytes:
         return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], capture_output=True, check=True).stdout
 
     listed = subprocess.run(["git", "-C", str(REPO), "ls-tree", "-r", "--name-only", rev, "templates"], capture_output=True,
                             text=True, check=True).stdout.split()
-    templates = {path[len("templates/"):]: path for path in listed}
-
-    def digest(kept, modules) -> str:
-        return kernel_code.digest_of({rel: show(path) for rel, path in templates.items() if kept(PurePosixPath(rel))},
-                                     {name: show(f"runtime/{name}") for name in modules})
-
-    return (digest(kernel_code.prefill_template, kernel_code.KERNEL_MODULES),
-            digest(kernel_code.paged_template, kernel_code.PAGED_KERNEL_MODULES))
+    return kernel_code.digests_of({path[len("templates/"):]: show(path) for path in listed},
+                                  lambda name: show(f"runtime/{name}"))
 
 
 def timed_at(base_rev: str, recorded: set[str], digest_at_base: str, remedy: str) -> bool:
