@@ -61,7 +61,6 @@ def digests_of(templates: dict[str, bytes], module: Callable[[str], bytes]) -> t
     return one(prefill_template, KERNEL_MODULES), one(paged_template, PAGED_KERNEL_MODULES)
 
 
-@lru_cache(maxsize=1)
 def _installed_digests() -> tuple[str, str]:
     """digests_of this installation's templates (a checkout's templates/, a wheel's runtime.templates) and
     kernel modules (this package's)."""
@@ -72,12 +71,14 @@ def _installed_digests() -> tuple[str, str]:
     return digests_of(files, lambda name: (package / name).read_bytes())
 
 
+@lru_cache(maxsize=1)
 def code_digest() -> str:
     """16 hex digits of sha256 over the prefill kernels' templates (all but the paged ones) and
     KERNEL_MODULES (file names and bytes)."""
     return _installed_digests()[0]
 
 
+@lru_cache(maxsize=1)
 def paged_code_digest() -> str:
     """The same over the paged decode kernel's: the shared headers, its templates, PAGED_KERNEL_MODULES."""
     return _installed_digests()[1]
