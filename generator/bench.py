@@ -12,6 +12,7 @@ Prints, for the GPU it runs on:
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from runtime.scoring import logits_window, window_pieces
 from runtime.table import load_table, nearest, table_for
 from runtime.variant import Variant
 
+from .distributions import DISTRIBUTIONS, chunk_workload
 from .timing import (
     interleaved_ms,
     median_ms,
@@ -155,8 +157,9 @@ def main(args) -> int:
     for spec in args.shape:
         rows, keys = (int(x) for x in spec.split("x"))
         for heads in args.heads:
-            for top_k in args.top_k:
-                wl = make_workload("random", rows, keys, heads, top_k, seed=1, device="cuda")
+            for top_k, distribution in itertools.product(args.top_k, args.distribution or [None]):
+                wl = (chunk_workload(distribution, rows, keys, heads, top_k, seed=1, device="cuda") if distribution
+                      else make_workload("random", rows, keys, heads, top_k, seed=1, device="cuda"))
                 pairs = visible_pairs(wl.ks, wl.ke)
                 floor_ms = scoring_floor_ms(pairs, heads, peak)
                 sustained_floor_ms = floor_ms * peak / sustained
@@ -192,11 +195,12 @@ def main(args) -> int:
                                                                 top_k))
                 timed = interleaved_ms(calls, max_seconds=20.0 * len(calls))  # (tune's and the sweep's method)
                 dense_ms = timed["dense"].ms
-                row = {"rows": rows, "keys": keys, "heads": heads, "top_k": top_k, "logits_ms": lg, "topk_ms": tk,
+                row = {"rows": rows, "keys": keys, "heads": heads, "top_k": top_k, "distribution": wl.family,
+                       "logits_ms": lg, "topk_ms": tk,
                        "logits_tflops": scoring_tflops(pairs, heads, lg), "logits_vs_scaled_mm": scoring_tflops(pairs, heads, lg) / peak,
                        "dense_ms": dense_ms, "dense_spread": timed["dense"].spread, "dense_verified": rep.ok,
                        "floor_ms": floor_ms, "sustained_floor_ms": sustained_floor_ms}
-                emit("dense", row, f"M={rows} N={keys} H={heads} k={top_k}: logits {lg:.2f} ms "
+                emit("dense", row, f"M={rows} N={keys} H={heads} k={top_k} {wl.family}: logits {lg:.2f} ms "
                      f"({row['logits_tflops']:.0f} TFLOP/s, {row['logits_vs_scaled_mm']:.2f} of _scaled_mm), dense total "
                      f"{dense_ms:.2f} ms (+-{timed['dense'].spread:.1%}) [{rep.summary()}], fp8 floor {floor_ms:.2f} ms "
                      f"({sustained_floor_ms:.2f} sustained)" + (f", top-k alone {tk:.2f} ms" if tk is not None else ""))
@@ -205,6 +209,7 @@ def main(args) -> int:
                     rescans = (f", rescanned {stats['rescan_blocks']}/{-(-rows // v.rows)} blocks, {stats['split_blocks']} split"
                                if stats else "")
                     emit("fused", {"variant": v.name, "rows": rows, "keys": keys, "heads": heads, "top_k": top_k,
+                                   "distribution": wl.family,
                                    "rescan_blocks": stats.get("rescan_blocks"), "split_blocks": stats.get("split_blocks"),
                                    "fused_ms": fms, "fused_spread": timed[v.name].spread, "dense_ms": dense_ms,
                                    "speedup": dense_ms / fms, "floor_fraction": floor_ms / fms,
@@ -232,6 +237,9 @@ def add_arguments(p) -> None:
                    help="also time this fused variant ('default': the default variant of each heads/top-k; "
                         "'table': the tuned table's variant for the shape, as the runtime picks it)")
     p.add_argument("--topk", action="append", default=[], metavar="RxN", help="our top-k vs torch.topk on [R, N] logits")
+    p.add_argument("--distribution", action="append", choices=list(DISTRIBUTIONS),
+                   help="the chunks' data (repeatable; default: the `random` workload family, normal weights): "
+                        + "; ".join(f"{k}: {v}" for k, v in DISTRIBUTIONS.items()))
     p.add_argument("--sustain", type=float, default=3.0, metavar="SECONDS",
                    help="also time _scaled_mm back to back for this long: the floor under sustained load (0: skip)")
     p.add_argument("--budget", type=int, default=512 << 20, help="dense logits budget in bytes (default 512 MiB)")

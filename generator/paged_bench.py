@@ -20,6 +20,7 @@ from runtime.paged import (check_paged_inputs, decode_layout, explain_paged, gat
                            paged_variant_for, parts_for)
 from runtime.paged_variant import CACHE_BYTES_PER_KEY
 
+from .distributions import DISTRIBUTIONS, check_distribution, head_weights, key_scales
 from .timing import geometric_mean, interleaved_ms, median_ms
 
 BATCHES = (1, 4, 16, 64, 256)
@@ -48,23 +49,11 @@ def run_head(rate: float) -> dict:
             FP8_RATE: scaled_mm_tflops(seconds=3.0)}
 
 
-# The data a step is timed on. The streaming top-k's cost depends on how often a tile's keys beat its
-# running threshold: random data settles it early; recency (scores rising along the context, as an
-# indexer's do near the query) keeps raising it, the worst case of a streaming selection.
-DISTRIBUTIONS = {
-    "positive": "random keys and queries, positive weights",
-    "signed": "random keys and queries, signed weights",
-    "indexer": "positive weights, per-token scales spread over 16x, rising 4x from a request's first token to its "
-               "last (recency), its first 4 tokens 8x (attention sinks)",
-}
-
-
 def random_step(batch: int, context: int, next_n: int, heads: int, top_k: int, block_size: int = 64, seed: int = 0,
                 distribution: str = "positive", device="cuda"):
     """A decode step of `batch` requests of `context` tokens, made on `device`: every request's blocks
     distinct and shuffled over the cache; data by `distribution` (DISTRIBUTIONS)."""
-    if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {distribution!r}")
+    check_distribution(distribution)
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     blocks = -(-context // block_size)
@@ -77,16 +66,11 @@ def random_step(batch: int, context: int, next_n: int, heads: int, top_k: int, b
         hi = min(lo + 4096, num_blocks)
         values = torch.randn(hi - lo, block_size * 128, generator=gen, device=device).to(torch.float8_e4m3fn)
         cache[lo:hi, : block_size * 128] = values.view(torch.uint8)
-        scales = torch.rand(hi - lo, block_size, generator=gen, device=device) + 0.5
-        if distribution == "indexer":
-            position = logical[lo:hi, None].float() * block_size + torch.arange(block_size, device=device)
-            scales = (torch.rand(hi - lo, block_size, generator=gen, device=device) * 4 - 2).exp2()
-            scales = scales * (1 + 3 * position / max(context - 1, 1)) * torch.where(position < 4, 8.0, 1.0)
+        position = logical[lo:hi, None].float() * block_size + torch.arange(block_size, device=device)
+        scales = key_scales(position, context, distribution, gen)
         cache[lo:hi, block_size * 128:] = scales.view(torch.uint8)
     q = torch.randn(batch, next_n, heads, 128, generator=gen, device=device).to(torch.float8_e4m3fn)
-    weights = torch.rand(batch * next_n, heads, generator=gen, device=device)
-    if distribution == "signed":
-        weights = weights * 2 - 1
+    weights = head_weights((batch * next_n, heads), distribution, gen, device)
     lens = torch.full((batch,), context, dtype=torch.int32, device=device)
     return (q, cache.view(num_blocks, block_size, 1, CACHE_BYTES_PER_KEY), weights, lens, table.view(batch, blocks), top_k)
 

@@ -68,3 +68,26 @@ def test_hard_families_have_their_property():
     assert (wl.weights[0] == 0).all() and (wl.weights[1] < 0).all()
     wl = make_workload("multi_request", 30, 3000, 32, 512, seed=1)
     assert len(set(wl.ks.tolist())) == 3
+
+
+def test_the_bench_distributions_make_causal_chunks_with_their_weights_and_scales():
+    """generator.distributions' chunks (bench --distribution, the fp16 gate's model): valid causal chunks
+    on the `random` family's q and keys, reproducible; signed ones alone carry negative weights; the
+    indexer-like scales rise along the keys and weigh the first 4 tokens."""
+    from generator.distributions import DISTRIBUTIONS, chunk_workload
+
+    base = make_workload("random", 8, 4000, 32, 512, seed=3)
+    for distribution in DISTRIBUTIONS:
+        wl = chunk_workload(distribution, 8, 4000, 32, 512, seed=3)
+        check_inputs(*wl.args())
+        assert wl.family == distribution and torch.equal(wl.ke, base.ke)
+        assert torch.equal(wl.q.view(torch.uint8), base.q.view(torch.uint8))
+        assert torch.equal(wl.weights, chunk_workload(distribution, 8, 4000, 32, 512, seed=3).weights)
+        assert (wl.weights < 0).any() == (distribution == "signed")
+        s = wl.k_scale
+        if distribution == "indexer":
+            assert s[3600:].mean() > 2.5 * s[4:400].mean() and s[:4].mean() > 4 * s[4:400].mean()
+        else:
+            assert ((s >= 0.5) & (s < 1.5)).all()
+    with pytest.raises(ValueError, match="distribution"):
+        chunk_workload("uniform", 8, 4000, 32, 512)

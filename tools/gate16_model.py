@@ -13,9 +13,8 @@ sample_tiles picks, what the built kernel passes), larger samples, a gate proved
 bounds (counted_gate), the k-th largest lower bound, and the row's exact k-th score (the least any gate
 passes). Each row's bound is checked on every key (the run stops where the exact score leaves it).
 
-Rows see every key (a long chunk's last rows). Data: the benchmarks' distributions (positive: random q
-and k, weights in [0, 1); signed: weights in [-1, 1); indexer: positive, per-token key scales spread
-over 16x, rising 4x along the keys, the first 4 8x), and any workload family (generator.workloads).
+Rows see every key (a long chunk's last rows). Data: the benchmarks' distributions
+(generator.distributions: positive, signed and indexer-like), and any workload family (generator.workloads).
 
     python tools/gate16_model.py [--keys 131072] [--rows 8] [--top-k 2048] [--data positive --data signed ...]
 """
@@ -26,13 +25,14 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from generator.distributions import DISTRIBUTIONS, chunk_workload  # noqa: E402
+from generator.workloads import make_workload  # noqa: E402
 from runtime.gate16 import CHAIN, GATE_HEADS, chain_positions, gate_inputs  # noqa: E402
 from tools.half_gate import fma_chain, fp16_accumulated, to_full_range  # noqa: E402
 
@@ -41,7 +41,7 @@ from tools.half_gate import fma_chain, fp16_accumulated, to_full_range  # noqa: 
 KEY_TILE = 256
 SAMPLE_TILES = 32
 SAMPLE_HITS = 24
-DATA = ("positive", "signed", "indexer")
+DATA = tuple(DISTRIBUTIONS)
 COUNTED_FRACTIONS = (0.75, 1.0, 1.25, 1.5)  # counted_gate's candidate ranks, over mu
 
 
@@ -118,21 +118,9 @@ def counted_gate(scores: torch.Tensor, lower: torch.Tensor, top_k: int, fraction
 
 
 def study_data(data: str, rows: int, keys: int, top_k: int, seed: int = 0, full_range: bool = False):
-    """rows x keys of `data` (DATA, or a workload family) at 64 heads."""
-    from generator.workloads import make_workload
-
-    wl = make_workload("random" if data in DATA else data, rows, keys, GATE_HEADS, top_k, seed=seed)
-    gen = torch.Generator().manual_seed(seed + 1)
-    if data in DATA:
-        w = torch.rand(rows, GATE_HEADS, generator=gen)
-        scale = torch.rand(keys, generator=gen) + 0.5
-        if data == "signed":
-            w = w * 2 - 1
-        if data == "indexer":
-            position = torch.arange(keys, dtype=torch.float32)
-            scale = (torch.rand(keys, generator=gen) * 4 - 2).exp2() * (1 + 3 * position / max(keys - 1, 1))
-            scale = scale * torch.where(position < 4, 8.0, 1.0)
-        wl = replace(wl, weights=w, k_scale=scale)
+    """rows x keys of `data` (DATA: generator.distributions' chunk_workload, or a workload family) at 64 heads."""
+    wl = (chunk_workload(data, rows, keys, GATE_HEADS, top_k, seed=seed) if data in DATA
+          else make_workload(data, rows, keys, GATE_HEADS, top_k, seed=seed))
     return to_full_range(wl) if full_range else wl
 
 
