@@ -10,6 +10,7 @@ measures it): mostly its accumulation term, 1.25u an instruction over the terms 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -131,3 +132,18 @@ def gates_row_by_row(wl) -> int:
         sample, mu = sample_of(exact, 256)
         assert abs(mu - SAMPLE_HITS) < 8 and sample.shape[0] % 256 == 0
     return proved
+
+
+def test_the_models_rank_miss_chance_is_the_binomial_tail():
+    """rank_miss_chance (how often a sampled rank sends a block to the rescan) against draws of the
+    binomial it models: a row's sample of 8,192 keys, 24 of the top-k in expectation."""
+    from tools.gate16_model import RANKS, rank_miss_chance
+
+    torch.manual_seed(0)
+    sampled, mu = 8192, 24.0
+    draws = torch.distributions.Binomial(sampled, torch.tensor(mu / sampled)).sample((400_000,))
+    for name, rank_of in RANKS.items():
+        chance = rank_miss_chance(mu, sampled, rank_of)
+        seen = float((draws >= math.ceil(rank_of(mu))).double().mean())
+        assert abs(seen - chance) <= 4 * math.sqrt(chance / 400_000) + 2e-6, (name, seen, chance)
+    assert rank_miss_chance(mu, sampled, RANKS["built"]) < 1e-4 < rank_miss_chance(mu, sampled, RANKS["tighter"]) < 2e-3

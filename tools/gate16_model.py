@@ -87,14 +87,31 @@ def sample_of(scores: torch.Tensor, top_k: int, hits: int = SAMPLE_HITS, tiles_a
     return sample, sample.shape[0] * top_k / n
 
 
-def sampled_gate(scores: torch.Tensor, top_k: int, hits: int = SAMPLE_HITS, tiles_at_most: int = SAMPLE_TILES) -> float:
-    """The kernel's sampled threshold (gate_rank's, for the fp16 gate): the exact score at rank
-    1.2 mu + 3 sqrt(mu) + 4 of the sample (-inf where the row is not gated)."""
+# The sampled rank the fp16 gate takes (the template's gate_rank), and a tighter one, as functions of mu.
+RANKS = {"built": lambda mu: 1.2 * mu + 3 * math.sqrt(mu) + 4,
+         "tighter": lambda mu: mu + 3 * math.sqrt(mu) + 2}
+
+
+def rank_miss_chance(mu: float, sampled: int, rank_of=RANKS["built"]) -> float:
+    """The chance that a sample of `sampled` keys holds `rank_of(mu)` or more of the row's top-k when each
+    sampled key is one of them with chance mu / sampled (Binomial): its gate then sits above the row's
+    k-th score and the block goes to the rescan. (Keys of the top-k spread over the row at random; data
+    whose top-k cluster in some tiles, as recency makes them, varies more.)"""
+    rank, p = math.ceil(rank_of(mu)), mu / sampled
+    term = lambda i: math.exp(math.lgamma(sampled + 1) - math.lgamma(i + 1) - math.lgamma(sampled - i + 1)
+                              + i * math.log(p) + (sampled - i) * math.log1p(-p))
+    return sum(term(i) for i in range(rank, min(sampled, rank + 400) + 1))
+
+
+def sampled_gate(scores: torch.Tensor, top_k: int, hits: int = SAMPLE_HITS, tiles_at_most: int = SAMPLE_TILES,
+                 rank_of=RANKS["built"]) -> float:
+    """The kernel's sampled threshold: the exact score at rank rank_of(mu) of the sample (gate_rank's for
+    the fp16 gate by default; -inf where the row is not gated)."""
     taken = sample_of(scores, top_k, hits, tiles_at_most)
     if taken is None:
         return -math.inf
     sample, mu = taken
-    rank = math.ceil(1.2 * mu + 3 * math.sqrt(mu) + 4)
+    rank = math.ceil(rank_of(mu))
     return float(sample.topk(rank).values[-1]) if rank <= sample.shape[0] else -math.inf
 
 
@@ -125,12 +142,14 @@ def study_data(data: str, rows: int, keys: int, top_k: int, seed: int = 0, full_
 
 
 def thresholds(exact: torch.Tensor, lower: torch.Tensor, top_k: int) -> dict[str, float | None]:
-    """The thresholds a row's keys are gated against: the built kernel's (sampled), with a sample 2x and
+    """The thresholds a row's keys are gated against: the built kernel's (sampled), at the tighter rank
+    (sampled_tighter: RANKS; rank_miss_chance says how often it would send a block to the rescan), with a sample 2x and
     4x larger (sampled_48, sampled_96: the tiles' cap lifted), counted_gate's over COUNTED_FRACTIONS and
     over one candidate at mu or 1.25 mu (None where it proved none: see study), the k-th largest lower
     bound (lower: what a selection over the fp16 bounds would prove) and the exact k-th score (the least
     any gate passes)."""
     return {"sampled": sampled_gate(exact, top_k),
+            "sampled_tighter": sampled_gate(exact, top_k, rank_of=RANKS["tighter"]),
             "sampled_48": sampled_gate(exact, top_k, 48, 1 << 20),
             "sampled_96": sampled_gate(exact, top_k, 96, 1 << 20),
             "counted": counted_gate(exact, lower, top_k),
@@ -170,6 +189,9 @@ def study(data: str, keys: int, rows: int, top_k: int, seed: int = 0, full_range
             passed.setdefault(name, []).extend(uppers[r] >= t[r - b] for r in (b, b + 1))
     out = {"data": data, "keys": keys, "rows": rows, "top_k": top_k, "full_range": full_range,
            "bound_over_largest_error": sorted(slack)[len(slack) // 2]}
+    taken = sample_of(exact, top_k)  # (every row sees every key: one sample size and mu)
+    if taken is not None:
+        out.update({f"rank_miss_chance_{name}": rank_miss_chance(taken[1], taken[0].shape[0], f) for name, f in RANKS.items()})
     for name, p in passed.items():
         blocks = [float((p[b] | p[b + 1]).double().mean()) for b in range(0, rows - 1, 2)]
         per_row = sorted(float(x.sum()) / top_k for x in p)
