@@ -3,8 +3,9 @@
 Prints, for the GPU it runs on:
   * torch._scaled_mm fp8 throughput at 8192^3 (the ceiling every rate below is compared with), in a
     burst and sustained for --sustain seconds (a power-capped GPU clocks lower under sustained load);
-  * per causal chunk shape: the logits kernel alone (all pieces; TFLOP/s over visible pairs), the
-    whole dense path (logits + our top-k), and any fused variants named, each verified on sampled rows,
+  * per causal chunk shape (and data distribution: --distribution, generator/distributions.py): the
+    logits kernel alone (all pieces; TFLOP/s over visible pairs), the whole dense path (logits + our
+    top-k), and any fused variants named, each verified on sampled rows,
     then the dense path and the fused variants timed in turn (timing.interleaved_ms, as tune's settling
     and the sweep time theirs: medians with their spreads);
   * our top-k kernel against torch.topk on the same [rows, keys] fp32 logits, timed in turn, checked exact.

@@ -2,8 +2,8 @@
 
 The streaming top-k's cost depends on how often a tile's keys beat its running threshold: random data
 settles it early; recency (scores rising along the context, as an indexer's do near the query) keeps
-raising it, the worst case of a streaming selection. Signed weights make the relu's zero plateau and
-mix signs within a row's head sum (what the fp16 gate's bound finds hardest: docs/fp16-gate.md).
+raising it, the worst case of a streaming selection. Signed weights mix signs within a row's head sum
+(what the fp16 gate's bound finds hardest: docs/fp16-gate.md).
 """
 
 from __future__ import annotations

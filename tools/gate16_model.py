@@ -87,7 +87,9 @@ def sample_of(scores: torch.Tensor, top_k: int, hits: int = SAMPLE_HITS, tiles_a
     return sample, sample.shape[0] * top_k / n
 
 
-# The sampled rank the fp16 gate takes (the template's gate_rank), and a tighter one, as functions of mu.
+# The sampled rank the fp16 gate takes (the template's gate_rank), and a tighter one, as functions of mu
+# (the tighter one timed on an H100 and not kept: its rescans cost what its smaller union saved; BENCHMARKS.md,
+# "Past the epilogue: the exact pass's key read ahead").
 RANKS = {"built": lambda mu: 1.2 * mu + 3 * math.sqrt(mu) + 4,
          "tighter": lambda mu: mu + 3 * math.sqrt(mu) + 2}
 
