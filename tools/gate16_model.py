@@ -99,10 +99,9 @@ def rank_miss_chance(mu: float, sampled: int, rank_of=RANKS["built"]) -> float:
     sampled key is one of them with chance mu / sampled (Binomial): its gate then sits above the row's
     k-th score and the block goes to the rescan. (Keys of the top-k spread over the row at random; data
     whose top-k cluster in some tiles, as recency makes them, varies more.)"""
-    rank, p = math.ceil(rank_of(mu)), mu / sampled
-    term = lambda i: math.exp(math.lgamma(sampled + 1) - math.lgamma(i + 1) - math.lgamma(sampled - i + 1)
-                              + i * math.log(p) + (sampled - i) * math.log1p(-p))
-    return sum(term(i) for i in range(rank, min(sampled, rank + 400) + 1))
+    counts = torch.arange(math.ceil(rank_of(mu)), sampled + 1, dtype=torch.float64)
+    binomial = torch.distributions.Binomial(sampled, torch.tensor(mu / sampled, dtype=torch.float64))
+    return float(binomial.log_prob(counts).exp().sum())
 
 
 def sampled_gate(scores: torch.Tensor, top_k: int, hits: int = SAMPLE_HITS, tiles_at_most: int = SAMPLE_TILES,
