@@ -30,7 +30,7 @@ from runtime.scoring import logits_window, window_pieces
 from runtime.table import load_table, nearest, table_for
 from runtime.variant import Variant
 
-from .distributions import DISTRIBUTIONS, chunk_workload
+from .distributions import add_distribution_option, chunk_workload
 from .timing import (
     interleaved_ms,
     median_ms,
@@ -238,9 +238,7 @@ def add_arguments(p) -> None:
                    help="also time this fused variant ('default': the default variant of each heads/top-k; "
                         "'table': the tuned table's variant for the shape, as the runtime picks it)")
     p.add_argument("--topk", action="append", default=[], metavar="RxN", help="our top-k vs torch.topk on [R, N] logits")
-    p.add_argument("--distribution", action="append", choices=list(DISTRIBUTIONS),
-                   help="the chunks' data (repeatable; default: the `random` workload family, normal weights): "
-                        + "; ".join(f"{k}: {v}" for k, v in DISTRIBUTIONS.items()))
+    add_distribution_option(p, "the chunks' data (repeatable; default: the `random` workload family, normal weights)")
     p.add_argument("--sustain", type=float, default=3.0, metavar="SECONDS",
                    help="also time _scaled_mm back to back for this long: the floor under sustained load (0: skip)")
     p.add_argument("--budget", type=int, default=512 << 20, help="dense logits budget in bytes (default 512 MiB)")

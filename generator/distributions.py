@@ -20,6 +20,12 @@ DISTRIBUTIONS = {
 }
 
 
+def add_distribution_option(p, what: str) -> None:
+    """--distribution (repeatable) on parser `p`, its help `what` it sets, then each distribution described."""
+    p.add_argument("--distribution", action="append", choices=list(DISTRIBUTIONS),
+                   help=what + ": " + "; ".join(f"{k}: {v}" for k, v in DISTRIBUTIONS.items()))
+
+
 def check_distribution(distribution: str) -> None:
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {distribution!r}")

@@ -20,7 +20,7 @@ from runtime.paged import (check_paged_inputs, decode_layout, explain_paged, gat
                            paged_variant_for, parts_for)
 from runtime.paged_variant import CACHE_BYTES_PER_KEY
 
-from .distributions import DISTRIBUTIONS, check_distribution, head_weights, key_scales
+from .distributions import add_distribution_option, check_distribution, head_weights, key_scales
 from .timing import geometric_mean, interleaved_ms, median_ms
 
 BATCHES = (1, 4, 16, 64, 256)
@@ -52,7 +52,7 @@ def run_head(rate: float) -> dict:
 def random_step(batch: int, context: int, next_n: int, heads: int, top_k: int, block_size: int = 64, seed: int = 0,
                 distribution: str = "positive", device="cuda"):
     """A decode step of `batch` requests of `context` tokens, made on `device`: every request's blocks
-    distinct and shuffled over the cache; data by `distribution` (DISTRIBUTIONS)."""
+    distinct and shuffled over the cache; data by `distribution` (generator.distributions)."""
     check_distribution(distribution)
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
@@ -256,9 +256,7 @@ def add_arguments(p) -> None:
     p.add_argument("--next-n", dest="next_n", type=int, action="append", help=f"rows a request (default {NEXT_N})")
     p.add_argument("--heads", type=int, action="append", choices=HEADS)
     p.add_argument("--top-k", dest="top_k", type=int, action="append", choices=TOP_K + (1024,))
-    p.add_argument("--distribution", action="append", choices=list(DISTRIBUTIONS),
-                   help="data the steps are timed on (default positive; each given is timed): " +
-                        "; ".join(f"{k}: {v}" for k, v in DISTRIBUTIONS.items()))
+    add_distribution_option(p, "data the steps are timed on (default positive; each given is timed)")
     p.add_argument("--no-gathered", dest="gathered", action="store_false", help="do not time the gathered path")
     p.add_argument("--dense", action="store_true", help="also time our dense kernels' paged build (variant=\"dense\")")
     p.add_argument("--log", help="write the JSON lines here (default: stdout)")

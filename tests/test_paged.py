@@ -350,7 +350,8 @@ def test_the_cli_takes_paged_variant_names_and_rejects_invalid_ones(capsys):
 def test_the_decode_bench_distributions_lay_their_data_out_by_position():
     """The bench's indexer-like steps rise along each request's context and weigh its first tokens
     (read back through the shuffled block table); signed ones carry negative weights; all are valid."""
-    from generator.paged_bench import DISTRIBUTIONS, random_step
+    from generator.distributions import DISTRIBUTIONS
+    from generator.paged_bench import random_step
 
     for distribution in DISTRIBUTIONS:
         args = random_step(3, 1000, 2, 32, 512, distribution=distribution, device="cpu")

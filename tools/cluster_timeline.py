@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools.cli import variant_tool_parser  # noqa: E402
-from generator.paged_bench import DISTRIBUTIONS  # noqa: E402
+from generator.distributions import DISTRIBUTIONS  # noqa: E402
 from tools.timeline import GLOBAL_END, GLOBAL_START, Marks, cmd_build, library_path  # noqa: E402
 
 PHASES = ("gate", "gather", "counts", "rank", "ties", "places", "answer")  # between marks 0..7 of event 0
