@@ -9,4 +9,4 @@ timeout 300 ncu --clock-control none --set full --import-source yes -k regex:gat
 echo "exit $? after $(( $(date +%s)-start )) s" >> $O/ncu.txt; tail -3 $O/ncu.txt
 ncu -i /tmp/g16.ncu-rep --page source --csv --print-source sass > /tmp/src.csv 2>&1
 ncu -i /tmp/g16.ncu-rep --page details --csv > $O/ncu-details.csv 2>&1
-python3 .run13/ncu_loops.py /tmp/src.csv > $O/ncu-loops.txt 2>&1; cat $O/ncu-loops.txt
+python3 tools/ncu_loops.py /tmp/src.csv > $O/ncu-loops.txt 2>&1; cat $O/ncu-loops.txt
