@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 from runtime.arch import arch_for_capability
 from runtime.table import (
     Entry,
+    borrowed_table,
     find_table,
     load_table,
     save_table,
@@ -368,6 +369,21 @@ def incumbent_tables(gpu: str, out_dir: Path, runtime_table: Path | None = None)
     runtime_table (runtime.table.table_for: its own, else one tuned on another GPU of its arch), by
     default this GPU's own (the user's, else the shipped one)."""
     return [table_path(gpu, out_dir), runtime_table or find_table(gpu)]
+
+
+def starting_tables(identity, out_dir: Path, log=lambda s: None) -> list[Path | None]:
+    """incumbent_tables for a run on the GPU of `identity` (runtime.gpu.GpuIdentity). A GPU without a
+    table of its own starts from the one the runtime serves it (tuned on another GPU of its arch): its
+    choices are starting points, measured here like any other. Where the runtime serves it its own
+    table, that one may be partial (a run cut short, written where the runtime reads, then resumed):
+    the buckets it lacks start from the table borrowed before it existed, not afresh."""
+    runtime_table = table_for(identity)
+    tables = incumbent_tables(identity.key, out_dir, runtime_table.path)
+    if runtime_table.path is not None and runtime_table.path != find_table(identity.key):
+        log(f"starting from the table the runtime serves this GPU: {runtime_table.why}")
+    elif (borrowed := borrowed_table(identity).path) is not None:
+        tables.append(borrowed)
+    return tables
 
 
 LOSING_RATIO = 1.3  # a kind this much slower than the best in every bucket of a class is not started there
@@ -776,12 +792,7 @@ def main(args) -> int:
                         log=lambda s: print(s, flush=True))
         return 0 if fresh else 1
 
-    # A GPU without a table of its own starts from the one the runtime serves it (tuned on another GPU
-    # of its arch): its choices are starting points, measured here like any other.
-    runtime_table = table_for(identity)
-    tables = incumbent_tables(gpu, out_dir, runtime_table.path)
-    if runtime_table.path is not None and runtime_table.path != find_table(gpu):
-        log(f"starting from the table the runtime serves this GPU: {runtime_table.why}")
+    tables = starting_tables(identity, out_dir, log)
 
     def study_of(bucket, storage):
         return tuning_study(bucket, arch.name, storage, tables, gpu, DESIGNS[args.design], args.every_kind)

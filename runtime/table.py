@@ -185,10 +185,19 @@ def _table_for(identity: GpuIdentity, folder: str, directory: str, mtime: int, s
     own = find_table(identity.key, folder)
     if own is not None:
         return TableChoice(own, f"{identity.key}'s own table")
+    return borrowed_table(identity, folder)
+
+
+def borrowed_table(identity: GpuIdentity, folder: str = "") -> TableChoice:
+    """The table of another GPU of this one's arch that table_for serves it where it has none of its own:
+    the table tuned on the GPU nearest in SM count among those whose tuner recorded their variants
+    valid on every GPU of that arch (`portable_arch`); its own table, where it has one, never counts.
+    (tune also starts from it the buckets that a GPU's own table, still partial, lacks.)"""
     if identity.arch is None:
         return TableChoice(None, f"{identity.name} has no fp8 tensor cores (sm_89+): no table applies")
+    own = find_table(identity.key, folder)
     portable = [(path, meta) for path in table_paths(folder)
-                if (meta := table_meta(path)).get("portable_arch") == identity.arch]
+                if path != own and (meta := table_meta(path)).get("portable_arch") == identity.arch]
     if not portable:
         return TableChoice(None, f"no table for {identity.key}, and none tuned on another {identity.arch} GPU says it is "
                                  f"valid here")

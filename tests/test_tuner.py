@@ -987,6 +987,36 @@ def test_a_gpu_without_its_own_table_starts_from_the_one_the_runtime_serves_it(t
     assert trial_sources(with_table.study)["start"] < trial_sources(afresh.study)["start"]  # (losing kinds spared)
 
 
+def test_a_resumed_run_on_a_gpu_without_a_table_still_starts_its_buckets_from_the_borrowed_one(tmp_path, monkeypatch):
+    """The default run writes where the runtime reads: cut short, the H100's own table holds some buckets,
+    and table_for serves it that partial table. On --resume the buckets it lacks still start from the
+    H200 table borrowed before (its choice measured first, its evidence sparing the losing kinds), as
+    they would have in the uninterrupted run, not afresh."""
+    from generator.search import trial_sources
+    from generator.tune import run, starting_tables
+    from runtime.gpu import GpuIdentity
+    from runtime.table import table_for
+
+    out = tmp_path / "user-tables"
+    monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(out))
+    h100 = GpuIdentity("H100-SXM5-80GB", 132, (9, 0), "NVIDIA H100 80GB HBM3")
+    h200_table = REPO / "tuned_configs" / "H200-132SM.json"
+    first, later = Bucket(32, 2048, 4096, 32768), Bucket(32, 2048, 16384, 131072)  # (both in the H200 table)
+    said = []
+    tables = starting_tables(h100, out, said.append)
+    assert tables == [out / "H100-SXM5-80GB-132SM.json", h200_table] and "borrowed H200-132SM" in said[0]
+    run([first], FakeMeasurer(), h100.key, "sm90a", 12, out, tables=tables, log=lambda s: None)  # (then cut short)
+    own = out / "H100-SXM5-80GB-132SM.json"
+    assert table_for(h100).path == own and not table_for(h100).borrowed
+    resumed = starting_tables(h100, out)
+    assert resumed == [own, own, h200_table]
+    (bare,) = run([later], FakeMeasurer(), h100.key, "sm90a", 12, tmp_path / "x", tables=[own, own], log=lambda s: None)
+    assert trial_sources(bare.study)["table"] == 0  # (what the resumed run did before: afresh)
+    (result,) = run([later], FakeMeasurer(), h100.key, "sm90a", 12, out, tables=resumed, log=lambda s: None)
+    assert trial_sources(result.study)["table"] == 1
+    assert trial_sources(result.study)["start"] < trial_sources(bare.study)["start"]  # (losing kinds spared)
+
+
 def test_a_point_that_does_not_build_is_recorded_as_failed_and_the_recording_goes_on(tmp_path):
     from generator.regret import Landscape, record
     from runtime.toolchain import BuildError
