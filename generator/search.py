@@ -55,8 +55,28 @@ def this_worker() -> str:
 
 
 def set_worker(study: optuna.Study, trial) -> None:
-    """Records that this process measures `trial`."""
+    """Records that this process measures `trial` (from when it is asked: a process killed between
+    asking a batch and measuring it leaves its trials RUNNING, and gone_worker tells them apart)."""
     study._storage.set_trial_system_attr(trial._trial_id, WORKER, this_worker())
+
+
+def gone_worker(trial: FrozenTrial) -> bool:
+    """Whether the process recorded as `trial`'s worker (this_worker) ran on this host and is gone: its
+    RUNNING trial will never finish. A worker of another host, or none recorded, cannot be told dead
+    from here (reclaim_stale waits out its age for those)."""
+    import os
+    import socket
+
+    host, _, pid = (trial.system_attrs.get(WORKER) or "").rpartition(":")
+    if host.rpartition(":gpu")[0] != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # (alive, another user's)
+        return False
+    return False
 
 
 def measured_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -103,18 +123,24 @@ def kind_times(study: optuna.Study) -> dict[str, float]:
 
 
 def reclaim_stale(study: optuna.Study, stale_after_s: float) -> list[str]:
-    """Ends every trial RUNNING for over stale_after_s (a dead worker's: it would count against the
-    budget forever) as failed, marked "reclaimed" (study.counts leaves it out of the measured), and
-    frees its point for a new trial. Returns the reclaimed points' names."""
+    """Ends every trial a dead worker left RUNNING (it would count against the budget forever) as
+    failed, marked "reclaimed" (study.counts leaves it out of the measured), and frees its point for
+    a new trial: at once where its worker was a process of this host that is gone (gone_worker: a run
+    cut short and resumed), else once it has run over stale_after_s. Returns the reclaimed points'
+    names."""
     import datetime
 
     now = datetime.datetime.now()
     names = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.datetime_start is None or (now - t.datetime_start).total_seconds() <= stale_after_s:
+        if gone_worker(t):
+            why = f"its worker {t.system_attrs[WORKER]} is gone"
+        elif t.datetime_start is not None and (now - t.datetime_start).total_seconds() > stale_after_s:
+            why = f"RUNNING over {stale_after_s:.0f} s"
+        else:
             continue
         names.append(claim_of(t) or "(no point)")
-        study._storage.set_trial_user_attr(t._trial_id, "reclaimed", f"RUNNING over {stale_after_s:.0f} s")
+        study._storage.set_trial_user_attr(t._trial_id, "reclaimed", why)
         study._storage.set_trial_system_attr(t._trial_id, CLAIM, None)
         try:
             study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)

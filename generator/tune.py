@@ -139,7 +139,8 @@ def open_study(bucket: Bucket, arch: str, storage=None, seed: int = 0, incumbent
                                direction="minimize", sampler=sampler, pruner=SlowerThanBestPruner())
 
 
-STALE_TRIAL_S = 3600.0  # a trial RUNNING this long is taken as a dead worker's (a batch's builds run inside it)
+STALE_TRIAL_S = 3600.0  # a trial RUNNING this long is taken as a dead worker's (a batch's builds run inside it),
+# where its worker cannot be seen gone sooner (search.gone_worker)
 BATCH = 8  # candidates asked (and built in parallel) at once
 ASKS_PER_TRIAL = 100  # a search's cap on asks a measured trial: rejected points are pruned for free (a few ms each)
 
@@ -160,8 +161,8 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
     asks_left = ASKS_PER_TRIAL * trials
     while asks_left > 0:
         for name in reclaim_stale(study, stale_after_s):
-            log(f"[{bucket.name}] {name}: its trial was RUNNING for over {stale_after_s:.0f} s (a dead worker?): "
-                f"reclaimed, the point is free again")
+            log(f"[{bucket.name}] {name}: its trial was left RUNNING by a worker that is gone or ran over "
+                f"{stale_after_s:.0f} s: reclaimed, the point is free again")
         if until_model and study.sampler.models_next(study):
             return
         c = counts(study)
@@ -182,7 +183,7 @@ def ask_batch(study, bucket: Bucket, arch: str, n: int, max_asks: int, trials: i
     known-good point and where the model's turn comes next."""
     from optuna.trial import TrialState as S
 
-    from .search import claim, set_source, taken
+    from .search import claim, set_source, set_worker, taken
 
     sampler = study.sampler  # a KnownGoodSampler (open_study)
     choices = tunable_choices(arch, bucket.heads, bucket.top_k)
@@ -209,6 +210,7 @@ def ask_batch(study, bucket: Bucket, arch: str, n: int, max_asks: int, trials: i
                 continue
             claim(study, trial, v.name)
             set_source(study, trial, "model")
+        set_worker(study, trial)
         asked.append((trial, v))
         if sampler.is_last_known(proposed) or (proposed is not None and sampler.models_next(study)):
             break

@@ -1,6 +1,7 @@
 """The tuner's bookkeeping, with a fake measurer standing in for the GPU."""
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -863,6 +864,46 @@ def test_a_dead_workers_running_trial_is_reclaimed_and_its_point_measured():
     assert trials[0].state == TrialState.FAIL and "reclaimed" in trials[0].user_attrs and claim_of(trials[0]) is None
     assert first.name in m.fused_calls  # measured again, by a live trial
     assert counts(study)["measured"] == 3 and counts(study)["reclaimed"] == 1
+
+
+def test_a_resumed_run_reclaims_at_once_the_trials_its_killed_process_left_running():
+    """A run killed between asking a batch and measuring it (a job's time limit) leaves the batch's
+    trials RUNNING, each recorded with its worker when asked. The same host's next run reclaims them
+    at once, whatever their age, so the bucket still measures its starting points and its full
+    budget (before, a run resumed within the hour counted them as running: a bucket cut so on the
+    H200 on 2026-12-06 measured 7 model trials and none of its starting points). A live process's
+    trial, or another host's, waits out its age."""
+    import socket
+
+    from optuna.trial import TrialState
+
+    from generator.search import WORKER, claim_of, gone_worker
+    from generator.study import counts
+    from generator.tune import ask_batch, open_study, search_bucket
+
+    bucket = Bucket(32, 512, 16384, 131072)
+    study = open_study(bucket, "sm90a")
+    asked, _ = ask_batch(study, bucket, "sm90a", 3, 100, 12)
+    assert len(asked) == 3 and all(t.system_attrs[WORKER].endswith(f":{os.getpid()}") for t in study.get_trials()
+                                   if t.state == TrialState.RUNNING)  # (recorded when asked)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    workers = {asked[0][0]._trial_id: f"{host}:gpu*:{dead.stdout.strip()}",  # killed with its batch
+               asked[1][0]._trial_id: f"{host}:gpu*:{os.getppid()}",  # alive
+               asked[2][0]._trial_id: f"another-host:gpu0:{dead.stdout.strip()}"}
+    for trial_id, worker in workers.items():
+        study._storage.set_trial_system_attr(trial_id, WORKER, worker)
+    running = {t._trial_id: t for t in study.get_trials(states=(TrialState.RUNNING,))}
+    assert [gone_worker(running[i]) for i in workers] == [True, False, False]
+    killed = claim_of(running[asked[0][0]._trial_id])
+    m = FakeMeasurer()
+    search_bucket(study, bucket, m, "sm90a", trials=6, log=lambda s: None)  # (the default age: an hour)
+    by_id = {t._trial_id: t for t in study.get_trials()}
+    assert by_id[asked[0][0]._trial_id].state == TrialState.FAIL
+    assert "is gone" in by_id[asked[0][0]._trial_id].user_attrs["reclaimed"]
+    assert [by_id[asked[i][0]._trial_id].state for i in (1, 2)] == [TrialState.RUNNING] * 2
+    assert killed in m.fused_calls  # its point measured again
+    assert counts(study)["measured"] == 4 and counts(study)["running"] == 2  # 6 = 4 measured + 2 still running
 
 
 def test_a_kind_that_lost_every_bucket_of_a_class_by_a_wide_margin_is_not_started_there(tmp_path):
