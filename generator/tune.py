@@ -686,11 +686,13 @@ def parse_shapes(specs: list[str] | None) -> tuple:
     return tuple(shapes)
 
 
-def untuned(buckets: list[Bucket], path: Path) -> list[Bucket]:
-    """The buckets the table at `path` holds no entry for that was measured for this kernel code
-    (what `tune --resume` still tunes)."""
+def untuned(buckets: list[Bucket], path: Path, trials: int = 0) -> list[Bucket]:
+    """The buckets the table at `path` holds no entry for that was measured for this kernel code on at
+    least `trials` trials (what `tune --resume` still tunes): a bucket settled short, its study's last
+    trials left RUNNING by a run cut meanwhile, is searched again (its study in --storage goes on
+    from the trials it measured)."""
     code = code_digest()
-    held = {Bucket.of(e) for e in load_table(path) or [] if e.code == code}
+    held = {Bucket.of(e) for e in load_table(path) or [] if e.code == code and e.trials >= trials}
     return [b for b in buckets if b not in held]
 
 
@@ -732,8 +734,8 @@ def add_arguments(p) -> None:
     p.add_argument("--refresh", action="store_true",
                    help="re-time the table's variants against today's dense path instead of searching")
     p.add_argument("--resume", action="store_true",
-                   help="skip the buckets the --out-dir table already holds for this kernel code: run the same "
-                        "command again to finish a run cut short (by --time-budget, a job's time limit, a lost "
+                   help="skip the buckets the --out-dir table already holds for this kernel code, settled on "
+                        "--trials trials (not short, their last trials cut off): run the same command again to finish a run cut short (by --time-budget, a job's time limit, a lost "
                         "machine); for a fresh table, start from an empty --out-dir")
 
 
@@ -776,9 +778,9 @@ def main(args) -> int:
     path = table_path(gpu, out_dir)
     buckets = default_buckets(args.heads, args.top_k, parse_shapes(args.shape))
     if args.resume:
-        todo = untuned(buckets, path)
-        print(f"resuming: {len(buckets) - len(todo)} of {len(buckets)} buckets are in {path} for this kernel code; "
-              f"{len(todo)} to tune", flush=True)
+        todo = untuned(buckets, path, args.trials)
+        print(f"resuming: {len(buckets) - len(todo)} of {len(buckets)} buckets are in {path} for this kernel code "
+              f"on {args.trials} trials; {len(todo)} to tune", flush=True)
         if not todo:
             return 0
         buckets = todo

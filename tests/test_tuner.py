@@ -320,7 +320,7 @@ def test_tune_compiles_first_what_each_study_measures_first(tmp_path):
     assert "not all of them built" in logs[-1]
 
 
-def test_resume_tunes_only_the_buckets_the_table_lacks_for_this_code(tmp_path):
+def test_resume_tunes_only_the_buckets_the_table_lacks_for_this_code_or_settled_short(tmp_path):
     from generator.provenance import code_digest
     from generator.tune import untuned
     from runtime.table import save_table, table_path
@@ -332,6 +332,10 @@ def test_resume_tunes_only_the_buckets_the_table_lacks_for_this_code(tmp_path):
                                                  code="older-kernels")], {"arch": "sm90a"})
     assert untuned([done, stale, missing], path) == [stale, missing]  # measured for other code: tuned again
     assert untuned([done, missing], tmp_path / "none.json") == [done, missing]
+    save_table(path, "Fake GPU", [replace(entry, trials=12), replace(entry, rows=16384, keys=131072, requests=8, trials=9)],
+               {"arch": "sm90a"})
+    assert untuned([done, missing], path, trials=12) == [missing]  # settled on 9 of 12 trials: searched again
+    assert untuned([done, missing], path, trials=9) == []
 
 
 def test_a_stored_study_resumes(tmp_path):
