@@ -434,7 +434,8 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
         log=print, progress=lambda: None, every_kind: bool = False, design: Design = DEFAULT_DESIGN,
         tables: list[Path | None] | None = None) -> list[BucketResult]:
     """Tunes the buckets in waves of WAVE, rewriting the table after each bucket; once the time budget
-    is spent, the buckets not yet started are skipped (the first wave always runs). A wave's buckets
+    is spent, the buckets not yet started are skipped, in a wave too (those started are finished: their
+    trials so far would be lost with an in-memory study), the first always runs. A wave's buckets
     are searched up to the model's turn first (their known points and neighbours, compiled before the
     search: first_candidates), then the model's first proposals of all of them are compiled in one
     parallel build (one nvcc round for the wave, not one a bucket), measured, and each bucket's search
@@ -444,12 +445,14 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
     tables = tables or incumbent_tables(gpu, out_dir)
     results: list[BucketResult] = []
     start, build_s = time.monotonic(), 0.0  # (the waves' shared builds: in the table's header, not in tune_s)
+    def spent() -> bool:
+        return time_budget_s is not None and time.monotonic() - start > time_budget_s
+
     for first in range(0, len(buckets), WAVE):
-        if results and time_budget_s is not None and time.monotonic() - start > time_budget_s:
-            log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
-            break
         searched: list[tuple[Bucket, object, float]] = []  # (bucket, study, seconds of its search)
         for bucket in buckets[first:first + WAVE]:
+            if (results or searched) and spent():  # (a wave of long buckets runs for minutes)
+                break
             study = tuning_study(bucket, arch, storage, tables, gpu, design, every_kind)
             t = time.monotonic()
             search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
@@ -471,6 +474,9 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             r = replace(settle_bucket(study, bucket, measurer, log), search_s=search_s)
             results.append(r)
             record(path, gpu, arch, r, {**(meta or {}), "wave_build_s": round(build_s, 1)}, log)
+        if len(results) < len(buckets) and spent():
+            log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
+            break
     return results
 
 

@@ -257,7 +257,10 @@ def test_prebuilt_candidates_cover_what_a_study_measures_first(tmp_path):
                                                      for v in starting_points(h, k, "sm90a")}
 
 
-def test_time_budget_stops_between_waves_of_buckets(tmp_path, monkeypatch):
+def test_time_budget_starts_no_more_buckets_even_within_a_wave(tmp_path, monkeypatch):
+    """A wave of long buckets runs for minutes (on the H200 on 2026-12-06 a run with an 8-minute budget
+    was still in its wave when its job's limit killed it at 8.6 minutes): once the budget is spent no
+    bucket is started, in a wave either; those started are finished and settled, the first always runs."""
     import generator.tune as tune
 
     buckets = [Bucket(32, 512, 4096, 32768), Bucket(64, 512, 4096, 32768), Bucket(32, 512, 512, 32768)]
@@ -265,7 +268,12 @@ def test_time_budget_stops_between_waves_of_buckets(tmp_path, monkeypatch):
     logs = []
     results = run(buckets, FakeMeasurer(), "Fake GPU", "sm90a", trials=3, out_dir=tmp_path, time_budget_s=0.0,
                   log=logs.append)
-    assert [r.bucket for r in results] == buckets[:2] and any("budget" in s for s in logs)
+    assert [r.bucket for r in results] == buckets[:1] and [s for s in logs if "budget" in s] == [
+        "time budget of 0 s spent; 2 buckets left untuned"]
+    assert all(r.trials == 3 for r in results)  # (settled on its whole budget of trials)
+    everything = run(buckets, FakeMeasurer(), "Fake GPU", "sm90a", trials=3, out_dir=tmp_path / "b", time_budget_s=60.0,
+                     log=lambda s: None)
+    assert [r.bucket for r in everything] == buckets
 
 
 def test_a_waves_model_proposals_compile_in_one_build_after_every_bucket_reached_the_models_turn(tmp_path):
