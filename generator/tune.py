@@ -445,6 +445,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
     tables = tables or incumbent_tables(gpu, out_dir)
     results: list[BucketResult] = []
     start, build_s = time.monotonic(), 0.0  # (the waves' shared builds: in the table's header, not in tune_s)
+
     def spent() -> bool:
         return time_budget_s is not None and time.monotonic() - start > time_budget_s
 
@@ -741,8 +742,9 @@ def add_arguments(p) -> None:
                    help="re-time the table's variants against today's dense path instead of searching")
     p.add_argument("--resume", action="store_true",
                    help="skip the buckets the --out-dir table already holds for this kernel code, settled on "
-                        "--trials trials (not short, their last trials cut off): run the same command again to finish a run cut short (by --time-budget, a job's time limit, a lost "
-                        "machine); for a fresh table, start from an empty --out-dir")
+                        "--trials trials (not short, their last trials cut off): run the same command again to "
+                        "finish a run cut short (by --time-budget, a job's time limit, a lost machine); for a "
+                        "fresh table, start from an empty --out-dir")
 
 
 def main(args) -> int:
