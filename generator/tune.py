@@ -36,12 +36,11 @@ from typing import TYPE_CHECKING, Protocol
 from runtime.arch import arch_for_capability
 from runtime.table import (
     Entry,
-    borrowed_table,
     find_table,
     load_table,
     save_table,
+    served_table,
     table_dir,
-    table_for,
     table_meta,
     table_path,
     table_paths,
@@ -374,18 +373,15 @@ def incumbent_tables(gpu: str, out_dir: Path, runtime_table: Path | None = None)
 
 
 def starting_tables(identity, out_dir: Path, log=lambda s: None) -> list[Path | None]:
-    """incumbent_tables for a run on the GPU of `identity` (runtime.gpu.GpuIdentity). A GPU without a
-    table of its own starts from the one the runtime serves it (tuned on another GPU of its arch): its
-    choices are starting points, measured here like any other. Where the runtime serves it its own
-    table, that one may be partial (a run cut short, written where the runtime reads, then resumed):
-    the buckets it lacks start from the table borrowed before it existed, not afresh."""
-    runtime_table = table_for(identity)
-    tables = incumbent_tables(identity.key, out_dir, runtime_table.path)
-    if runtime_table.path is not None and runtime_table.path != find_table(identity.key):
-        log(f"starting from the table the runtime serves this GPU: {runtime_table.why}")
-    elif (borrowed := borrowed_table(identity).path) is not None:
-        tables.append(borrowed)
-    return tables
+    """incumbent_tables for a run on the GPU of `identity` (runtime.gpu.GpuIdentity): its own table, then
+    the one the runtime served it before that table existed. A GPU without a table of its own starts
+    from one tuned on another GPU of its arch: its choices are starting points, measured here like any
+    other; so does a run resumed after writing a partial table where the runtime reads (the buckets it
+    lacks start from the borrowed table, not afresh)."""
+    served = served_table(identity, without=table_path(identity.key, out_dir))
+    if served.borrowed:
+        log(f"starting from the table the runtime serves this GPU: {served.why}")
+    return incumbent_tables(identity.key, out_dir, served.path)
 
 
 LOSING_RATIO = 1.3  # a kind this much slower than the best in every bucket of a class is not started there

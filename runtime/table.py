@@ -96,13 +96,19 @@ def table_dir() -> Path:
     return Path(data) / "fused-mqa-topk" / "tables"
 
 
-def find_table(key: str, folder: str = "") -> Path | None:
+def find_table(key: str, folder: str = "", without: Path | None = None) -> Path | None:
     """The table named for this GPU identity key: the user's (table_dir()) if there is one, else the
-    shipped one, else None; in `folder` of both ("decode": runtime.decode_table's)."""
+    shipped one, else None; in `folder` of both ("decode": runtime.decode_table's); as if the file
+    `without` did not exist."""
     for path in (table_path(key, table_dir() / folder), table_path(key, SHIPPED_TABLE_DIR / folder)):
-        if path.is_file():
+        if path.is_file() and not same_file(path, without):
             return path
     return None
+
+
+def same_file(path: Path, other: Path | None) -> bool:
+    """Whether `other` names the file at `path` (however each was spelt: relative, through a link)."""
+    return other is not None and path.resolve() == other.resolve()
 
 
 @dataclass(frozen=True)
@@ -182,22 +188,20 @@ def mtime_ns(path: str) -> int:
 
 @lru_cache(maxsize=32)
 def _table_for(identity: GpuIdentity, folder: str, directory: str, mtime: int, shipped_mtime: int) -> TableChoice:
-    own = find_table(identity.key, folder)
+    return served_table(identity, folder)
+
+
+def served_table(identity: GpuIdentity, folder: str = "", without: Path | None = None) -> TableChoice:
+    """What table_for serves this GPU, looked up afresh, as if the file `without` did not exist (tune asks
+    what the runtime served it before the table its run is writing: a run cut short and resumed
+    finds that table partial)."""
+    own = find_table(identity.key, folder, without)
     if own is not None:
         return TableChoice(own, f"{identity.key}'s own table")
-    return borrowed_table(identity, folder)
-
-
-def borrowed_table(identity: GpuIdentity, folder: str = "") -> TableChoice:
-    """The table of another GPU of this one's arch that table_for serves it where it has none of its own:
-    the table tuned on the GPU nearest in SM count among those whose tuner recorded their variants
-    valid on every GPU of that arch (`portable_arch`); its own table, where it has one, never counts.
-    (tune also starts from it the buckets that a GPU's own table, still partial, lacks.)"""
     if identity.arch is None:
         return TableChoice(None, f"{identity.name} has no fp8 tensor cores (sm_89+): no table applies")
-    own = find_table(identity.key, folder)
     portable = [(path, meta) for path in table_paths(folder)
-                if path != own and (meta := table_meta(path)).get("portable_arch") == identity.arch]
+                if not same_file(path, without) and (meta := table_meta(path)).get("portable_arch") == identity.arch]
     if not portable:
         return TableChoice(None, f"no table for {identity.key}, and none tuned on another {identity.arch} GPU says it is "
                                  f"valid here")

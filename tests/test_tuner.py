@@ -1062,7 +1062,7 @@ def test_a_resumed_run_on_a_gpu_without_a_table_still_starts_its_buckets_from_th
     own = out / "H100-SXM5-80GB-132SM.json"
     assert table_for(h100).path == own and not table_for(h100).borrowed
     resumed = starting_tables(h100, out)
-    assert resumed == [own, own, h200_table]
+    assert resumed == [own, h200_table]  # (what the runtime served before the partial table: the H200's)
     (bare,) = run([later], FakeMeasurer(), h100.key, "sm90a", 12, tmp_path / "x", tables=[own, own], log=lambda s: None)
     assert trial_sources(bare.study)["table"] == 0  # (what the resumed run did before: afresh)
     (result,) = run([later], FakeMeasurer(), h100.key, "sm90a", 12, out, tables=resumed, log=lambda s: None)
