@@ -122,16 +122,16 @@ def kind_times(study: optuna.Study) -> dict[str, float]:
     return out
 
 
-def reclaim_stale(study: optuna.Study, stale_after_s: float) -> list[str]:
+def reclaim_stale(study: optuna.Study, stale_after_s: float) -> list[tuple[str, str]]:
     """Ends every trial a dead worker left RUNNING (it would count against the budget forever) as
     failed, marked "reclaimed" (study.counts leaves it out of the measured), and frees its point for
     a new trial: at once where its worker was a process of this host that is gone (gone_worker: a run
     cut short and resumed), else once it has run over stale_after_s. Returns the reclaimed points'
-    names."""
+    names, each with why."""
     import datetime
 
     now = datetime.datetime.now()
-    names = []
+    reclaimed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if gone_worker(t):
             why = f"its worker {t.system_attrs[WORKER]} is gone"
@@ -139,14 +139,14 @@ def reclaim_stale(study: optuna.Study, stale_after_s: float) -> list[str]:
             why = f"RUNNING over {stale_after_s:.0f} s"
         else:
             continue
-        names.append(claim_of(t) or "(no point)")
+        reclaimed.append((claim_of(t) or "(no point)", why))
         study._storage.set_trial_user_attr(t._trial_id, "reclaimed", why)
         study._storage.set_trial_system_attr(t._trial_id, CLAIM, None)
         try:
             study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
         except (RuntimeError, ValueError):  # its worker finished it meanwhile
             pass
-    return names
+    return reclaimed
 
 
 def taken(study: optuna.Study, number: int, wait_s: float = 30.0) -> set[str]:

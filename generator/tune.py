@@ -159,9 +159,8 @@ def search_bucket(study, bucket: Bucket, measurer: Measurer, arch: str, trials: 
 
     asks_left = ASKS_PER_TRIAL * trials
     while asks_left > 0:
-        for name in reclaim_stale(study, stale_after_s):
-            log(f"[{bucket.name}] {name}: its trial was left RUNNING by a worker that is gone or ran over "
-                f"{stale_after_s:.0f} s: reclaimed, the point is free again")
+        for name, why in reclaim_stale(study, stale_after_s):
+            log(f"[{bucket.name}] {name}: its trial was left RUNNING ({why}): reclaimed, the point is free again")
         if until_model and study.sampler.models_next(study):
             return
         c = counts(study)
