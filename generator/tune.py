@@ -402,22 +402,22 @@ def losing_kinds(bucket: Bucket, tables: list[Path | None]) -> frozenset[str]:
     return frozenset()
 
 
-def table_choice(bucket: Bucket, tables: list[Path]) -> Variant | None:
+def table_choice(bucket: Bucket, tables: list[Path], trials: int = 0) -> Variant | None:
     """The variant the first of `tables` that holds `bucket` names for it: a study's own table, then the
     shipped one, so that a study written to a fresh --out-dir still measures what the runtime runs
-    today (the study logged in "2026-11-30: seven selector warps" did not, and could not say whether it beat the table)."""
-    for path in tables:
-        for e in load_table(path) or []:
-            if Bucket.of(e) == bucket:
-                return Variant.from_name(e.variant)
-    return None
+    today (the study logged in "2026-11-30: seven selector warps" did not, and could not say whether it beat the table).
+    An entry settled on fewer than `trials` trials (its study cut short: what `untuned` searches again) is
+    passed over for a later table's: the study goes on from where the uncut one started, not from its short pick."""
+    held = [e for path in tables for e in load_table(path) or [] if Bucket.of(e) == bucket]
+    settled = [e for e in held if e.trials >= trials]
+    return Variant.from_name((settled or held)[0].variant) if held else None
 
 
 def tuning_study(bucket: Bucket, arch: str, storage, tables: list[Path | None], gpu: str, design: Design,
-                 every_kind: bool):
+                 every_kind: bool, trials: int = 0):
     """The bucket's study as `tune` opens it: the tables' choice for it its incumbent, their evidence
     sparing it the losing kinds' starting points (unless every_kind)."""
-    return open_study(bucket, arch, storage, incumbent=table_choice(bucket, tables), gpu=gpu, design=design,
+    return open_study(bucket, arch, storage, incumbent=table_choice(bucket, tables, trials), gpu=gpu, design=design,
                       skip_kinds=frozenset() if every_kind else losing_kinds(bucket, tables))
 
 
@@ -449,7 +449,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
         for bucket in buckets[first:first + WAVE]:
             if (results or searched) and spent():  # (a wave of long buckets runs for minutes)
                 break
-            study = tuning_study(bucket, arch, storage, tables, gpu, design, every_kind)
+            study = tuning_study(bucket, arch, storage, tables, gpu, design, every_kind, trials)
             t = time.monotonic()
             search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
                           until_model=True)
@@ -644,7 +644,7 @@ def likely_candidates(arch: str = "sm90a", tables=None) -> list[Variant]:
     return sorted(out, key=lambda v: v.name)
 
 
-def first_candidates(buckets: list[Bucket], arch: str, tables: list[Path]) -> list[Variant]:
+def first_candidates(buckets: list[Bucket], arch: str, tables: list[Path], trials: int = 0) -> list[Variant]:
     """What the buckets' studies measure first where the table's choice stays the best: each one's
     starting points, its table choice (table_choice) and that choice's one-axis neighbours. `tune`
     compiles them in one parallel build before it searches: the search builds each batch before it
@@ -653,7 +653,7 @@ def first_candidates(buckets: list[Bucket], arch: str, tables: list[Path]) -> li
     out: set[Variant] = set()
     for b in buckets:
         out.update(starting_points(b.heads, b.top_k, arch))
-        choice = table_choice(b, tables)
+        choice = table_choice(b, tables, trials)
         if choice is not None and choice.arch == arch and rejection_reason(choice) is None:
             out.update(with_neighbors(choice))
     return sorted(out, key=lambda v: v.name)
@@ -802,7 +802,8 @@ def main(args) -> int:
     tables = starting_tables(identity, out_dir, log)
 
     def study_of(bucket, storage):
-        return tuning_study(bucket, arch.name, storage, tables, gpu, DESIGNS[args.design], args.every_kind)
+        return tuning_study(bucket, arch.name, storage, tables, gpu, DESIGNS[args.design], args.every_kind,
+                            args.trials)
 
     if args.worker:  # search only: the process that started the workers settles and writes
         storage = storage_for(args.storage)
@@ -810,7 +811,7 @@ def main(args) -> int:
             search_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), arch.name, args.trials,
                           build_fn=lambda vs: build(vs), log=log)
         return 0
-    prebuild(first_candidates(buckets, arch.name, tables), lambda vs: build(vs), log)
+    prebuild(first_candidates(buckets, arch.name, tables, args.trials), lambda vs: build(vs), log)
     if args.gpus:
         url = args.storage or f"{JOURNAL}{out_dir / 'tune-journal.log'}"
         n, per_gpu = gpu_count(args.gpus), max(1, args.workers_per_gpu)

@@ -346,6 +346,23 @@ def test_resume_tunes_only_the_buckets_the_table_lacks_for_this_code_or_settled_
     assert untuned([done, missing], path, trials=9) == []
 
 
+
+def test_a_bucket_settled_short_starts_again_from_the_table_the_uncut_study_started_from(tmp_path):
+    from generator.tune import first_candidates, table_choice
+    from runtime.table import save_table
+
+    bucket = Bucket(64, 2048, 16384, 1048576)
+    short_pick, shipped_pick = neighbors(default_variant(64, 2048), NEIGHBOR_AXES)[:2]
+    own, shipped = tmp_path / "own" / "G.json", tmp_path / "shipped" / "G.json"
+    entry = Entry(64, 2048, 16384, 1048576, short_pick.name, 1.0, 2.0, trials=7)
+    save_table(own, "G", [entry], {"arch": "sm90a"})
+    save_table(shipped, "G", [replace(entry, variant=shipped_pick.name, trials=12)], {"arch": "sm90a"})
+    assert table_choice(bucket, [own, shipped], trials=12) == shipped_pick  # its 7 trials: cut short
+    assert table_choice(bucket, [own, shipped], trials=7) == short_pick  # settled: the run's own pick
+    assert table_choice(bucket, [own, shipped]) == short_pick
+    assert table_choice(bucket, [own, None], trials=12) == short_pick  # nothing settled: the short pick, not none
+    assert shipped_pick in first_candidates([bucket], "sm90a", [own, shipped], trials=12)
+
 def test_a_stored_study_resumes(tmp_path):
     storage = f"sqlite:///{tmp_path / 'tune.db'}"
     bucket = Bucket(64, 2048, 4096, 65536)
