@@ -28,15 +28,17 @@ from .scoring import (
 DEFAULT_LOGITS_BUDGET = 512 << 20
 def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
                    logits_budget_bytes: int = DEFAULT_LOGITS_BUDGET, validate: bool = True,
-                   variant: DenseVariant | None = None, max_visible_keys: int | None = None) -> torch.Tensor:
+                   variant: DenseVariant | None = None, max_visible_keys: int | None = None,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """The dense path. `variant` forces our dense kernels (an error if they cannot be built); by
     default they serve where they run and can be built, else torch does (one warning). Their logits
     layout and top-k kernel follow the most keys one row sees: measured with validate=True, else
-    max_visible_keys, else N (as fused_mqa_topk)."""
+    max_visible_keys, else N (as fused_mqa_topk). `out`: a caller-owned contiguous int32 [M, top_k]
+    the answer is written into (and returned), as fused_mqa_topk's."""
     problem = check_inputs(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k, check_values=validate,
                            max_visible_keys=max_visible_keys)
     return run_dense(q, kv[0], kv[1], weights, cu_seqlen_ks, cu_seqlen_ke, top_k, problem.longest_row,
-                     logits_budget_bytes, variant)
+                     logits_budget_bytes, variant, out)
 
 
 def run_dense(q, k_fp8, k_scale, weights, ks, ke, top_k: int, longest_row: int | None = None,

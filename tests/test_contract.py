@@ -88,6 +88,18 @@ def test_fp8_nan_codes_are_rejected(good, code):
     call(good, q=q, validate=False)  # unchecked: an answer (garbage in, garbage out), no crash
 
 
+
+@pytest.mark.parametrize("entry", [runtime.fused_mqa_topk, runtime.dense_mqa_topk])
+def test_the_answer_goes_into_a_caller_owned_buffer(good, entry):
+    args = (good.q, (good.k_fp8, good.k_scale), good.weights, good.ks, good.ke, good.top_k)
+    expected = entry(*args)
+    out = torch.full((8, 512), 7, dtype=torch.int32)  # (poisoned: every element must be written)
+    assert entry(*args, out=out) is out and torch.equal(out, expected)
+    with pytest.raises(ValueError, match=r"out: expected a contiguous int32 \[8, 512\]"):
+        entry(*args, out=torch.empty(8, 511, dtype=torch.int32))
+    with pytest.raises(ValueError, match="out: expected a contiguous int32"):
+        entry(*args, out=torch.empty(8, 512, dtype=torch.int64))
+
 def test_empty_inputs(good):
     out = call(good, q=good.q[:0], weights=good.weights[:0], cu_seqlen_ks=good.ks[:0], cu_seqlen_ke=good.ke[:0])
     assert out.shape == (0, 512)
