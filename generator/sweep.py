@@ -4,10 +4,10 @@ The grid: rows {1, 64, 512, 2048, 8192, 16384} x keys {8K, 32K, 128K, 512K} x {1
 each heads and top-k asked (default H = 32 and 64, top-512 and top-2048). A chunk of R rows over Q
 requests holds Q requests of keys / Q tokens each, R / Q rows of each (its last tokens, each row
 seeing its own request's prefix); shapes with fewer rows than requests, or more rows than keys, are
-left out. Per shape, in one run: AUTO as a server calls it (`fused_mqa_topk`, validate=False, the answer
-written into a buffer made once, as a server's persistent index buffer) and our dense path alike (and the installed serving ops), timed in turn (timing.interleaved_ms: the median of
-event-timed calls, the host's work inside), and AUTO's GPU time
-alone (the host's launch hidden: timing.event_ms); the share of the fp8 floor at `_scaled_mm`'s
+left out. Per shape, in one run: AUTO as a server calls it (`fused_mqa_topk`, validate=False, the
+answer written into a buffer made once, as a server's persistent index buffer) and our dense path
+alike (and the installed serving ops), timed in turn (timing.interleaved_ms: the median of
+event-timed calls, the host's work inside), and AUTO's GPU time alone (the host's launch hidden: timing.event_ms); the share of the fp8 floor at `_scaled_mm`'s
 sustained rate measured at the start of the run; both answers verified with the two-sided verifier
 on sampled rows. With --serving (generator/serving_path.py): the serving engines' dense path on the
 same shapes, the speed-up over it and the geometric mean; either a file of its times (JSON lines

@@ -405,9 +405,10 @@ def losing_kinds(bucket: Bucket, tables: list[Path | None]) -> frozenset[str]:
 def table_choice(bucket: Bucket, tables: list[Path], trials: int = 0) -> Variant | None:
     """The variant the first of `tables` that holds `bucket` names for it: a study's own table, then the
     shipped one, so that a study written to a fresh --out-dir still measures what the runtime runs
-    today (the study logged in "2026-11-30: seven selector warps" did not, and could not say whether it beat the table).
-    An entry settled on fewer than `trials` trials (its study cut short: what `untuned` searches again) is
-    passed over for a later table's: the study goes on from where the uncut one started, not from its short pick."""
+    today (the study logged in "2026-11-30: seven selector warps" did not, and could not say whether it
+    beat the table). An entry settled on fewer than `trials` trials (its study cut short: what `untuned`
+    searches again) is passed over for a later table's, so that the study goes on from the incumbent the
+    uncut one started from, not from its short pick; where no table holds a settled entry, the first one's."""
     held = [e for path in tables for e in load_table(path) or [] if Bucket.of(e) == bucket]
     settled = [e for e in held if e.trials >= trials]
     return Variant.from_name((settled or held)[0].variant) if held else None

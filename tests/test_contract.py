@@ -88,7 +88,6 @@ def test_fp8_nan_codes_are_rejected(good, code):
     call(good, q=q, validate=False)  # unchecked: an answer (garbage in, garbage out), no crash
 
 
-
 @pytest.mark.parametrize("entry", [runtime.fused_mqa_topk, runtime.dense_mqa_topk])
 def test_the_answer_goes_into_a_caller_owned_buffer(good, entry):
     args = (good.q, (good.k_fp8, good.k_scale), good.weights, good.ks, good.ke, good.top_k)
