@@ -7,8 +7,9 @@ seeing its own request's prefix); shapes with fewer rows than requests, or more 
 left out. Per shape, in one run: AUTO as a server calls it (`fused_mqa_topk`, validate=False, the
 answer written into a buffer made once, as a server's persistent index buffer) and our dense path
 alike (and the installed serving ops), timed in turn (timing.interleaved_ms: the median of
-event-timed calls, the host's work inside), and AUTO's GPU time alone (the host's launch hidden: timing.event_ms); the share of the fp8 floor at `_scaled_mm`'s
-sustained rate measured at the start of the run; both answers verified with the two-sided verifier
+event-timed calls, the host's work inside), and AUTO's GPU time alone (the host's launch hidden:
+timing.event_ms); the share of the fp8 floor at `_scaled_mm`'s sustained rate measured at the start
+of the run; both answers verified with the two-sided verifier
 on sampled rows. With --serving (generator/serving_path.py): the serving engines' dense path on the
 same shapes, the speed-up over it and the geometric mean; either a file of its times (JSON lines
 {"requests", "rows", "keys", "heads", "top_k", "ms"}, best timed in the same run by the same method:
