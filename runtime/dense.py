@@ -26,6 +26,8 @@ from .scoring import (
 )
 
 DEFAULT_LOGITS_BUDGET = 512 << 20
+
+
 def dense_mqa_topk(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, top_k: int, *,
                    logits_budget_bytes: int = DEFAULT_LOGITS_BUDGET, validate: bool = True,
                    variant: DenseVariant | None = None, max_visible_keys: int | None = None,

@@ -26,9 +26,18 @@ With --paged it times the decode entry instead, per step (BATCHxCONTEXT at --nex
 data, block size 64): paged_mqa_topk (AUTO, validate=False) as called and with the step's layout
 given, each alone / host / graph as above, and a cProfile of the call with the layout given.
 
+With --python it needs no GPU: the Python part of an AUTO call that takes our dense kernels, as a
+server calls it (validate=False, max_visible_keys, out=), on CPU tensors with what needs the GPU
+stubbed (the library call launches nothing, the stream handle is 0, the dense variant is the one
+the chunk's longest row picks on Hopper): the host work a change to the entry, its checks, the
+dispatch or the planning moves, timed (the median of 20 rounds of 1,000 calls) and profiled. The
+library's own host work and the launches are not in it, and the logits' allocation is the host's
+(a large one costs there what CUDA's caching allocator does not).
+
     python3 tools/overhead.py VARIANT --shape 4096x32768 [--shape ...]     # on the GPU
     python3 tools/overhead.py --entry --heads 32 --top-k 2048 --shape 1x8192 [--shape ...]
     python3 tools/overhead.py --paged --heads 64 --top-k 2048 --next-n 1 --shape 1x8192 [--shape ...]
+    python3 tools/overhead.py --python --heads 64 --top-k 2048 --shape 64x8192 [--shape ...]   # no GPU
 """
 
 from __future__ import annotations
@@ -139,18 +148,65 @@ def entry_costs(shapes: list[str], heads: int, top_k: int) -> int:
     return 0
 
 
+def python_costs(shapes: list[str], heads: int, top_k: int) -> int:
+    import contextlib
+    import statistics
+    import time
+    from unittest import mock
+
+    import torch
+
+    from generator.workloads import make_workload
+    from runtime import dense, fused, fused_mqa_topk
+    from runtime.dense_variant import SHORT_ROW_KEYS, default_dense_variant
+
+    class Library:  # (in place of a DenseLibrary: its run launches nothing)
+        def __init__(self, variant):
+            self.variant = variant
+
+        def run(self, *args):
+            return 0
+
+    def variant_for(device, heads, top_k, longest_row=None):  # (runtime.dense_kernels.dense_variant_for on Hopper)
+        return default_dense_variant(heads, top_k, short_rows=longest_row is not None and longest_row <= SHORT_ROW_KEYS)
+
+    with mock.patch.object(fused, "choose_variant", lambda problem: None), \
+            mock.patch.object(dense, "dense_variant_for", variant_for), \
+            mock.patch.object(dense, "load_or_warn", lambda variant, fallback: Library(variant)), \
+            mock.patch.object(dense, "launch_on", lambda device: (contextlib.nullcontext(), 0)):
+        for spec in shapes:
+            rows, keys = (int(x) for x in spec.split("x"))
+            args = make_workload("random", rows, keys, heads, top_k, seed=1).args()
+            out = torch.empty((rows, top_k), dtype=torch.int32)
+            call = lambda: fused_mqa_topk(*args, validate=False, max_visible_keys=keys, out=out)  # noqa: E731
+            rounds = []
+            for _ in range(21):
+                t0 = time.perf_counter()
+                for _ in range(1000):
+                    call()
+                rounds.append((time.perf_counter() - t0) * 1e3)
+            print(f"h{heads} k{top_k} {rows}x{keys}: the entry's Python, the dense kernels' call stubbed: "
+                  f"{statistics.median(rounds[1:]):.1f} us a call", flush=True)
+            print_profile(call, calls=2000)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("variant", nargs="?")
     p.add_argument("--shape", action="append", default=[], metavar="MxN")
     p.add_argument("--entry", action="store_true", help="time the public entries, not one variant's launch")
     p.add_argument("--paged", action="store_true", help="time the decode entry (paged_mqa_topk) on decode steps")
+    p.add_argument("--python", action="store_true",
+                   help="no GPU: the Python part of an AUTO call taking the dense kernels, the GPU's part stubbed")
     p.add_argument("--next-n", type=int, default=1)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--top-k", type=int, default=2048)
     args = p.parse_args()
     if args.entry:
         return entry_costs(args.shape or ["1x8192"], args.heads, args.top_k)
+    if args.python:
+        return python_costs(args.shape or ["64x8192"], args.heads, args.top_k)
     if args.paged:
         return paged_costs(args.shape or ["1x8192"], args.heads, args.top_k, args.next_n)
     if not args.variant:
