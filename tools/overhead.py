@@ -160,11 +160,14 @@ def python_costs(shapes: list[str], heads: int, top_k: int) -> int:
     from runtime import dense, fused, fused_mqa_topk
     from runtime.dense_variant import SHORT_ROW_KEYS, default_dense_variant
 
-    class Library:  # (in place of a DenseLibrary: its run launches nothing)
+    class Library:  # (in place of a DenseLibrary: its run launches nothing, and counts)
+        calls = 0
+
         def __init__(self, variant):
             self.variant = variant
 
         def run(self, *args):
+            Library.calls += 1
             return 0
 
     def variant_for(device, heads, top_k, longest_row=None):  # (runtime.dense_kernels.dense_variant_for on Hopper)
@@ -185,6 +188,9 @@ def python_costs(shapes: list[str], heads: int, top_k: int) -> int:
                 for _ in range(1000):
                     call()
                 rounds.append((time.perf_counter() - t0) * 1e3)
+            if Library.calls < 21000:  # (what the stubs stand in for moved: this would time another path)
+                raise RuntimeError(f"{spec}: the call did not reach the dense kernels' library; update the stubs")
+            Library.calls = 0
             print(f"h{heads} k{top_k} {rows}x{keys}: the entry's Python, the dense kernels' call stubbed: "
                   f"{statistics.median(rounds[1:]):.1f} us a call", flush=True)
             print_profile(call, calls=2000)
