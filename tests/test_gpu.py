@@ -68,6 +68,12 @@ def test_dense_path_on_the_gpu():
         wl = make_workload(family, 512, 20_000, 32, 2048, seed=2, device="cuda")
         report = verify_topk(dense_mqa_topk(*wl.args(), logits_budget_bytes=8 << 20), *wl.args())
         assert report.ok, f"{family}: {report.summary()}"
+    wl = make_workload("multi_request", 512, 20_000, 32, 2048, seed=2, device="cuda")
+    out = torch.full((wl.rows, 2048), check.POISON, dtype=torch.int32, device="cuda")  # (a server's buffer)
+    assert dense_mqa_topk(*wl.args(), logits_budget_bytes=8 << 20, out=out) is out
+    assert not (out == check.POISON).any(), "elements left unwritten"
+    report = verify_topk(out, *wl.args())
+    assert report.ok, report.summary()
 
 
 @pytest.mark.parametrize("top_k", AXES["top_k"])
