@@ -23,4 +23,10 @@ def dense_variant_for(device: torch.device, heads: int, top_k: int, longest_row:
     index = device.index if device.index is not None else torch.cuda.current_device()
     if device_identity(index).capability != (9, 0):  # (cached: every call asks)
         return None
+    return hopper_dense_variant(heads, top_k, longest_row)
+
+
+def hopper_dense_variant(heads: int, top_k: int, longest_row: int | None = None) -> DenseVariant:
+    """The dense kernels a Hopper GPU runs for a chunk whose rows see at most `longest_row` keys (None:
+    unknown): the short-row top-k's build where every row is short."""
     return default_dense_variant(heads, top_k, short_rows=longest_row is not None and longest_row <= SHORT_ROW_KEYS)

@@ -99,6 +99,7 @@ def test_the_answer_goes_into_a_caller_owned_buffer(good, entry):
     with pytest.raises(ValueError, match="out: expected a contiguous int32"):
         entry(*args, out=torch.empty(8, 512, dtype=torch.int64))
 
+
 def test_empty_inputs(good):
     out = call(good, q=good.q[:0], weights=good.weights[:0], cu_seqlen_ks=good.ks[:0], cu_seqlen_ke=good.ke[:0])
     assert out.shape == (0, 512)

@@ -346,7 +346,6 @@ def test_resume_tunes_only_the_buckets_the_table_lacks_for_this_code_or_settled_
     assert untuned([done, missing], path, trials=9) == []
 
 
-
 def test_a_bucket_settled_short_starts_again_from_the_table_the_uncut_study_started_from(tmp_path):
     from generator.tune import first_candidates, table_choice
     from runtime.table import save_table
@@ -362,6 +361,7 @@ def test_a_bucket_settled_short_starts_again_from_the_table_the_uncut_study_star
     assert table_choice(bucket, [own, shipped]) == short_pick
     assert table_choice(bucket, [own, None], trials=12) == short_pick  # nothing settled: the short pick, not none
     assert shipped_pick in first_candidates([bucket], "sm90a", [own, shipped], trials=12)
+
 
 def test_a_stored_study_resumes(tmp_path):
     storage = f"sqlite:///{tmp_path / 'tune.db'}"

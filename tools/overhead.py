@@ -158,7 +158,7 @@ def python_costs(shapes: list[str], heads: int, top_k: int) -> int:
 
     from generator.workloads import make_workload
     from runtime import dense, fused, fused_mqa_topk
-    from runtime.dense_variant import SHORT_ROW_KEYS, default_dense_variant
+    from runtime.dense_kernels import hopper_dense_variant
 
     class Library:  # (in place of a DenseLibrary: its run launches nothing, and counts)
         calls = 0
@@ -170,11 +170,8 @@ def python_costs(shapes: list[str], heads: int, top_k: int) -> int:
             Library.calls += 1
             return 0
 
-    def variant_for(device, heads, top_k, longest_row=None):  # (runtime.dense_kernels.dense_variant_for on Hopper)
-        return default_dense_variant(heads, top_k, short_rows=longest_row is not None and longest_row <= SHORT_ROW_KEYS)
-
     with mock.patch.object(fused, "choose_variant", lambda problem: None), \
-            mock.patch.object(dense, "dense_variant_for", variant_for), \
+            mock.patch.object(dense, "dense_variant_for", lambda device, *chunk: hopper_dense_variant(*chunk)), \
             mock.patch.object(dense, "load_or_warn", lambda variant, fallback: Library(variant)), \
             mock.patch.object(dense, "launch_on", lambda device: (contextlib.nullcontext(), 0)):
         for spec in shapes:
