@@ -28,6 +28,7 @@ from .design import SOURCES
 CLAIM = "variant"  # a trial's system attribute: the name of the variant it measures
 SOURCE = "source"  # and where its point came from, one of SOURCES
 WORKER = "worker"  # and the process that measured it (this_worker)
+WORKER_PROCESS = "worker_process"  # and which process that was: its boot and start (process_identity)
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 
 
@@ -54,29 +55,52 @@ def this_worker() -> str:
     return f"{socket.gethostname()}:gpu{os.environ.get('CUDA_VISIBLE_DEVICES', '*')}:{os.getpid()}"
 
 
+def process_identity(pid: int | str = "self") -> str | None:
+    """Which process `pid` is, beyond its number: this boot of the machine (Linux's boot_id) and the
+    process's start time (clock ticks since boot, /proc/PID/stat). Machines of one host name (fresh
+    cloud instances all called "vm") and process ids reused by the next boot or process tell apart so.
+    None where /proc cannot say (not Linux, or no such process)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return f"{boot}:{stat.rpartition(')')[2].split()[19]}"  # (field 22, counted after the command's parentheses)
+
+
 def set_worker(study: optuna.Study, trial) -> None:
     """Records that this process measures `trial` (from when it is asked: a process killed between
     asking a batch and measuring it leaves its trials RUNNING, and gone_worker tells them apart)."""
     study._storage.set_trial_system_attr(trial._trial_id, WORKER, this_worker())
+    if (identity := process_identity()) is not None:
+        study._storage.set_trial_system_attr(trial._trial_id, WORKER_PROCESS, identity)
 
 
 def gone_worker(trial: FrozenTrial) -> bool:
-    """Whether the process recorded as `trial`'s worker (this_worker) ran on this host and is gone: its
-    RUNNING trial will never finish. A worker of another host, or none recorded, cannot be told dead
-    from here (reclaim_stale waits out its age for those)."""
+    """Whether the process recorded as `trial`'s worker (this_worker) ran on this machine and is gone:
+    its RUNNING trial will never finish. On this machine means this host name and, where recorded
+    (process_identity), this boot; gone means no such process id, or one that started at another time
+    (the id was reused). A worker of another machine, a machine of the same name included, or of an
+    earlier boot, or none recorded, cannot be told dead from here (reclaim_stale waits out its age for
+    those)."""
     import os
     import socket
 
     host, _, pid = (trial.system_attrs.get(WORKER) or "").rpartition(":")
     if host.rpartition(":gpu")[0] != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
         return False
+    recorded = trial.system_attrs.get(WORKER_PROCESS)
+    if recorded is not None and recorded.partition(":")[0] != (process_identity() or "").partition(":")[0]:
+        return False  # another machine of this name, or this one before a reboot
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
     except OSError:  # (alive, another user's)
-        return False
-    return False
+        return recorded is not None and process_identity(pid) not in (None, recorded)
+    return recorded is not None and process_identity(pid) not in (None, recorded)
 
 
 def measured_trials(study: optuna.Study) -> list[FrozenTrial]:

@@ -906,7 +906,7 @@ def test_a_resumed_run_reclaims_at_once_the_trials_its_killed_process_left_runni
 
     from optuna.trial import TrialState
 
-    from generator.search import WORKER, claim_of, gone_worker
+    from generator.search import WORKER, WORKER_PROCESS, claim_of, gone_worker, process_identity
     from generator.study import counts
     from generator.tune import ask_batch, open_study, search_bucket
 
@@ -922,6 +922,8 @@ def test_a_resumed_run_reclaims_at_once_the_trials_its_killed_process_left_runni
                asked[2][0]._trial_id: f"another-host:gpu0:{dead.stdout.strip()}"}
     for trial_id, worker in workers.items():
         study._storage.set_trial_system_attr(trial_id, WORKER, worker)
+    # (which process each was, where /proc tells: the live one's own, not the asking process's)
+    study._storage.set_trial_system_attr(asked[1][0]._trial_id, WORKER_PROCESS, process_identity(os.getppid()))
     running = {t._trial_id: t for t in study.get_trials(states=(TrialState.RUNNING,))}
     assert [gone_worker(running[i]) for i in workers] == [True, False, False]
     killed = claim_of(running[asked[0][0]._trial_id])
@@ -933,6 +935,35 @@ def test_a_resumed_run_reclaims_at_once_the_trials_its_killed_process_left_runni
     assert [by_id[asked[i][0]._trial_id].state for i in (1, 2)] == [TrialState.RUNNING] * 2
     assert killed in m.fused_calls  # its point measured again
     assert counts(study)["measured"] == 4 and counts(study)["running"] == 2  # 6 = 4 measured + 2 still running
+
+
+@pytest.mark.skipif(not Path("/proc/sys/kernel/random/boot_id").exists(), reason="needs Linux's /proc (boot_id, a process's start time)")
+def test_a_worker_is_told_gone_by_its_machine_boot_and_start_time_not_its_host_name_and_pid_alone():
+    """Fresh cloud machines share one host name ("vm") and hand out the same low process ids: on
+    2026-12-06 a resumed run on a new machine found its killed predecessor's pid held by another
+    process. A trial records its worker's boot and start time (search.process_identity) beside host
+    and pid: a live process of another start time is a reused pid (gone); a trial of another boot may
+    be a live machine of the same name (not gone: its age decides)."""
+    import socket
+    from types import SimpleNamespace
+
+    from generator.search import WORKER, WORKER_PROCESS, gone_worker, process_identity
+
+    host = socket.gethostname()
+    boot, _, _ = process_identity().partition(":")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    parent = os.getppid()
+
+    def trial(pid, identity):
+        return SimpleNamespace(system_attrs={WORKER: f"{host}:gpu*:{pid}", WORKER_PROCESS: identity})
+
+    assert not gone_worker(trial(parent, process_identity(parent)))  # alive, the same process
+    assert gone_worker(trial(parent, f"{boot}:1"))  # its pid now another process's (started at another time)
+    assert gone_worker(trial(dead, f"{boot}:1"))  # no such process
+    assert not gone_worker(trial(dead, "another-boot:1"))  # another machine called so, or before a reboot
+    assert not gone_worker(trial(parent, "another-boot:1"))
+    assert not gone_worker(SimpleNamespace(system_attrs={WORKER: f"elsewhere:gpu*:{dead}", WORKER_PROCESS: f"{boot}:1"}))
 
 
 def test_a_kind_that_lost_every_bucket_of_a_class_by_a_wide_margin_is_not_started_there(tmp_path):
