@@ -428,7 +428,7 @@ WAVE = 16  # buckets searched together: their model proposals compile in one par
 def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: int, out_dir: Path,
         time_budget_s: float | None = None, storage=None, build_fn=None, meta: dict | None = None,
         log=print, progress=lambda: None, every_kind: bool = False, design: Design = DEFAULT_DESIGN,
-        tables: list[Path | None] | None = None) -> list[BucketResult]:
+        tables: list[Path | None] | None = None, stale_after_s: float = STALE_TRIAL_S) -> list[BucketResult]:
     """Tunes the buckets in waves of WAVE, rewriting the table after each bucket; once the time budget
     is spent, the buckets not yet started are skipped, in a wave too (those started are finished: their
     trials so far would be lost with an in-memory study), the first always runs. A wave's buckets
@@ -436,7 +436,8 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
     search: first_candidates), then the model's first proposals of all of them are compiled in one
     parallel build (one nvcc round for the wave, not one a bucket), measured, and each bucket's search
     finished and settled. every_kind: start every kernel kind, whatever the tables' evidence. tables:
-    where the studies start from (incumbent_tables; default this GPU's own)."""
+    where the studies start from (incumbent_tables; default this GPU's own). stale_after_s: a trial
+    RUNNING this long is taken for a dead worker's (search.reclaim_stale)."""
     path = table_path(gpu, out_dir)
     tables = tables or incumbent_tables(gpu, out_dir)
     results: list[BucketResult] = []
@@ -453,7 +454,7 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             study = tuning_study(bucket, arch, storage, tables, gpu, design, every_kind, trials)
             t = time.monotonic()
             search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
-                          until_model=True)
+                          stale_after_s=stale_after_s, until_model=True)
             searched.append((bucket, study, time.monotonic() - t))
         batches = [ask_batch(study, bucket, arch, BATCH, ASKS_PER_TRIAL * trials, trials)[0] for bucket, study, _ in searched]
         t = time.monotonic()
@@ -466,7 +467,8 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
         for (bucket, study, search_s), asked in zip(searched, batches):
             t = time.monotonic()
             measure_batch(study, bucket, measurer, asked, unbuilt, log, progress)
-            search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress)
+            search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
+                          stale_after_s=stale_after_s)
             search_s += time.monotonic() - t
             r = replace(settle_bucket(study, bucket, measurer, log), search_s=search_s)
             results.append(r)
@@ -703,6 +705,18 @@ def default_buckets(heads=None, top_k=None, shapes=DEFAULT_SHAPES) -> list[Bucke
     return [Bucket(h, k, *shape) for h in (heads or AXES["heads"]) for k in (top_k or AXES["top_k"]) for shape in shapes]
 
 
+def minutes_at_least_zero(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"minutes, 0 or more: {text!r}")
+    return value
+
+
 def add_arguments(p) -> None:
     p.add_argument("--heads", type=int, action="append", choices=AXES["heads"], help="(repeatable) default: all")
     p.add_argument("--top-k", dest="top_k", type=int, action="append", choices=AXES["top_k"], help="(repeatable)")
@@ -741,6 +755,10 @@ def add_arguments(p) -> None:
                         "--trials trials (not short, their last trials cut off): run the same command again to "
                         "finish a run cut short (by --time-budget, a job's time limit, a lost machine); for a "
                         "fresh table, start from an empty --out-dir")
+    p.add_argument("--reclaim-after", type=minutes_at_least_zero, default=STALE_TRIAL_S / 60, metavar="MIN",
+                   help=f"take a trial RUNNING this many minutes for a dead worker's and measure its point again "
+                        f"(default {STALE_TRIAL_S / 60:.0f}; a killed process of this machine is seen at once). A run "
+                        "resumed on a fresh machine, where no other worker shares the storage, may pass 0")
 
 
 def main(args) -> int:
@@ -810,7 +828,7 @@ def main(args) -> int:
         storage = storage_for(args.storage)
         for bucket in buckets:
             search_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), arch.name, args.trials,
-                          build_fn=lambda vs: build(vs), log=log)
+                          build_fn=lambda vs: build(vs), log=log, stale_after_s=60 * args.reclaim_after)
         return 0
     prebuild(first_candidates(buckets, arch.name, tables, args.trials), lambda vs: build(vs), log)
     if args.gpus:
@@ -831,7 +849,8 @@ def main(args) -> int:
             f"budget {args.time_budget:.0f} min -> {path}")
         results = run(buckets, GpuMeasurer(), gpu, arch.name, args.trials, out_dir, time_budget_s=60 * args.time_budget,
                       storage=storage_for(args.storage), build_fn=lambda vs: build(vs), meta=meta, log=log,
-                      progress=progress, every_kind=args.every_kind, design=DESIGNS[args.design], tables=tables)
+                      progress=progress, every_kind=args.every_kind, design=DESIGNS[args.design], tables=tables,
+                      stale_after_s=60 * args.reclaim_after)
     if bar is not None:
         bar.close()
     from .report import time_summary, write_report

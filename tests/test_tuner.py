@@ -1133,3 +1133,41 @@ def test_a_point_that_does_not_build_is_recorded_as_failed_and_the_recording_goe
     points = Landscape.read(path).points[bucket]
     assert points[space[1].name] is None and all(points[v.name] for v in space if v != space[1])
     assert "ptxas fatal" in [json.loads(l) for l in path.read_text().splitlines()][1]["failed"]
+
+
+def test_reclaim_after_takes_another_machines_running_trial_for_a_dead_workers_sooner(tmp_path):
+    """A run resumed on a fresh machine of the same host name cannot tell its killed predecessor's
+    trials from a live machine's, and by default waits an hour for them; `--reclaim-after 0` tells it
+    no other worker shares the storage, and the bucket measures its whole budget now."""
+    import argparse
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from generator.design import DEFAULT_DESIGN
+    from generator.search import WORKER, claim
+    from generator.study import counts
+    from generator.tune import add_arguments, run, tuning_study
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert p.parse_args([]).reclaim_after == 60 and p.parse_args(["--reclaim-after", "0"]).reclaim_after == 0
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--reclaim-after", bad])
+
+    bucket = Bucket(32, 512, 16384, 131072)
+
+    def left_running(study):
+        trial = study.ask()
+        claim(study, trial, starting_points(32, 512, "sm90a")[0].name)
+        study._storage.set_trial_system_attr(trial._trial_id, WORKER, "another-machine:gpu*:684")
+
+    for stale_after_s, measured, running in ((3600.0, 2, 1), (0.0, 3, 0)):
+        storage = optuna.storages.InMemoryStorage()
+        study = tuning_study(bucket, "sm90a", storage, [None], "Fake GPU", DEFAULT_DESIGN, False, 3)
+        left_running(study)
+        run([bucket], FakeMeasurer(), "Fake GPU", "sm90a", trials=3, out_dir=tmp_path / str(stale_after_s),
+            storage=storage, tables=[None], log=lambda s: None, stale_after_s=stale_after_s)
+        assert (counts(study)["measured"], counts(study)["running"]) == (measured, running)
+        assert any(t.state == TrialState.FAIL for t in study.get_trials()) == (stale_after_s == 0)
