@@ -187,6 +187,10 @@ def test_the_resource_rules_reject_spills_where_a_kernel_must_have_none():
     assert kernel_resource_problem(gated, "fused_mqa_topk_gate_kernel", ResourceReport(56, 80, 80, 80)) is None
     assert "at most 80" in kernel_resource_problem(gated, "fused_mqa_topk_gate_kernel", ResourceReport(56, 96, 96, 96))
     assert "registers" in kernel_resource_problem(gated, "fused_mqa_topk_kernel", ResourceReport(0, 0, 0, 0))
+    sampling = next(v for v in shipped_variants() if v.gated and not v.select_warps and v.sample_tiles)
+    assert kernel_resource_problem(sampling, "fused_mqa_topk_gate_kernel", ResourceReport(168, 48, 48, 48)) is None
+    assert "at most 48" in kernel_resource_problem(sampling, "fused_mqa_topk_gate_kernel", ResourceReport(168, 64, 64, 64))
+    assert "must have none" in kernel_resource_problem(sampling, "fused_mqa_topk_kernel", spilled)
     portable = next(v for v in shipped_variants() if v.mma == "mmasync")
     assert kernel_resource_problem(portable, "fused_mqa_topk_kernel", spilled) is None
 
