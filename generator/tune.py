@@ -662,16 +662,23 @@ def first_candidates(buckets: list[Bucket], arch: str, tables: list[Path], trial
     return sorted(out, key=lambda v: v.name)
 
 
-def prebuild(variants: list[Variant], build_fn, log=print) -> None:
+def prebuild(variants: list[Variant], build_fn, log=print) -> float:
     """Compiles `variants` at once (those not in the cache); a failure is left to the search, which
-    builds each batch it measures again and reports it there."""
+    builds each batch it measures again and reports it there. Returns its seconds (the table's header
+    records them, apart from the studies' own)."""
     from runtime.build import BuildError
+    from runtime.library_cache import cache_dir, read_manifest
 
     log(f"compiling the {len(variants)} variants the studies measure first, where not in the cache")
+    before, t, rest = len(read_manifest(cache_dir())), time.monotonic(), ", the rest found built"
     try:
         build_fn(variants)
     except BuildError as err:
         log(f"not all of them built ({err}); the search builds its batches as it goes")
+        rest = ""
+    seconds = time.monotonic() - t
+    log(f"{len(read_manifest(cache_dir())) - before} of them compiled in {seconds:.0f} s{rest}")
+    return seconds
 
 
 def parse_shapes(specs: list[str] | None) -> tuple:
@@ -830,7 +837,7 @@ def main(args) -> int:
             search_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), arch.name, args.trials,
                           build_fn=lambda vs: build(vs), log=log, stale_after_s=60 * args.reclaim_after)
         return 0
-    prebuild(first_candidates(buckets, arch.name, tables, args.trials), lambda vs: build(vs), log)
+    meta["prebuild_s"] = round(prebuild(first_candidates(buckets, arch.name, tables, args.trials), lambda vs: build(vs), log), 1)
     if args.gpus:
         url = args.storage or f"{JOURNAL}{out_dir / 'tune-journal.log'}"
         n, per_gpu = gpu_count(args.gpus), max(1, args.workers_per_gpu)

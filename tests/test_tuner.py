@@ -319,13 +319,14 @@ def test_tune_compiles_first_what_each_study_measures_first(tmp_path):
     assert got == set(starting_points(32, 512, "sm90a")) | set(starting_points(64, 2048, "sm90a")) | {choice} | set(
         neighbors(choice, NEIGHBOR_AXES))  # nothing of buckets not being tuned
     built, logs = [], []
-    prebuild(sorted(got, key=lambda v: v.name), built.append, logs.append)
+    seconds = prebuild(sorted(got, key=lambda v: v.name), built.append, logs.append)
     assert built == [sorted(got, key=lambda v: v.name)] and str(len(got)) in logs[0]
+    assert seconds >= 0 and logs[1].startswith("0 of them compiled in")  # (the stand-in compiles nothing)
 
     def failing(variants):
         raise BuildError("nvcc not found")
     prebuild([choice], failing, logs.append)  # a failed build is left to the search
-    assert "not all of them built" in logs[-1]
+    assert "not all of them built" in logs[-2] and "found built" not in logs[-1]
 
 
 def test_resume_tunes_only_the_buckets_the_table_lacks_for_this_code_or_settled_short(tmp_path):
