@@ -57,15 +57,15 @@ def test_a_gpu_without_a_table_borrows_the_nearest_portable_one_of_its_arch(tmp_
     h20, h100 = identify("NVIDIA H20", (9, 0), 78), identify("NVIDIA H100 PCIe", (9, 0), 114)
     shipped = table_for(identify("NVIDIA H200", (9, 0), 132))
     assert shipped.path.name == "H200-132SM.json" and "own table" in shipped.why
-    choice = table_for(h20)  # the shipped H200 table records portable_arch sm90a
-    assert choice.path.name == "H200-132SM.json" and "borrowed H200-132SM" in choice.why and choice.borrowed
+    choice = table_for(h20)  # the shipped tables record portable_arch sm90a; of the two 132-SM ones, the first by name
+    assert choice.path.name == "H100-SXM-132SM.json" and "borrowed H100-SXM-132SM" in choice.why and choice.borrowed
     assert f"never on {choice.why.split(':')[0].removeprefix('no table for ')}" in choice.why  # says it was not measured here
     save_table(table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", [entry()],
                {"arch": "sm90a", "sms": 114, "portable_arch": "sm90a"})
     assert table_for(h20).path.name == "H100-PCIe-114SM.json"  # nearer in SM count
     assert "own table" in table_for(h100).why and not table_for(h100).borrowed
     save_table(table_path("H100-PCIe-114SM"), "H100-PCIe-114SM", [entry()], {"arch": "sm90a", "sms": 114})
-    assert table_for(h20).path.name == "H200-132SM.json"  # a table that does not say it is portable is not borrowed
+    assert table_for(h20).path.name == "H100-SXM-132SM.json"  # a table that does not say it is portable is not borrowed
     ada = table_for(identify("NVIDIA L40S", (8, 9), 142))
     assert ada.path is None and "none tuned on another sm89 GPU" in ada.why
 
@@ -77,14 +77,14 @@ def test_the_call_path_looks_at_the_table_files_again_after_a_while(tmp_path, mo
     clock = [1000.0]
     monkeypatch.setattr(table.time, "monotonic", lambda: clock[0])
     gpu = identify("NVIDIA H100 PCIe", (9, 0), 114)
-    assert table.current_table(gpu)[0].path.name == "H200-132SM.json"  # borrowed
+    assert table.current_table(gpu)[0].path.name == "H100-SXM-132SM.json"  # borrowed
     save_table(table_path(gpu.key), gpu.key, [entry()], {"arch": "sm90a", "sms": 114})
-    assert table.current_table(gpu)[0].path.name == "H200-132SM.json"  # trusted for RECHECK_S
+    assert table.current_table(gpu)[0].path.name == "H100-SXM-132SM.json"  # trusted for RECHECK_S
     clock[0] += table.RECHECK_S
     choice, mtime = table.current_table(gpu)
     assert choice.path.name == "H100-PCIe-114SM.json" and mtime == choice.path.stat().st_mtime_ns
     monkeypatch.setenv(TABLE_DIR_ENV, str(tmp_path / "elsewhere"))  # a new directory is looked at at once
-    assert table.current_table(gpu)[0].path.name == "H200-132SM.json"
+    assert table.current_table(gpu)[0].path.name == "H100-SXM-132SM.json"
 
 
 def test_nearest_is_by_log_distance_within_heads_and_top_k():
@@ -214,7 +214,7 @@ def test_decide_says_which_table_bucket_and_variant_and_why(tmp_path, monkeypatc
     monkeypatch.setenv(TABLE_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(dispatch, "device_identity", lambda index: identify("NVIDIA H20", (9, 0), 78))
     d = dispatch.decide(problem(rows=16384, keys=131072, device="cuda:0"))
-    assert d.gpu == "H20-78SM" and "borrowed H200-132SM" in d.table
+    assert d.gpu == "H20-78SM" and "borrowed H100-SXM-132SM" in d.table
     assert d.entry is not None and (d.entry.rows, d.entry.keys) == (16384, 131072)
     assert d.path == ("fused" if d.entry.use == "fused" else "dense") and "nearest bucket" in d.why
     text = str(d)

@@ -1067,33 +1067,34 @@ def test_with_the_shipped_table_the_model_proposes_one_to_four_of_the_default_tr
 
 
 def test_a_gpu_without_its_own_table_starts_from_the_one_the_runtime_serves_it(tmp_path, monkeypatch):
-    """An H100 has no shipped table; the runtime serves it the H200's (same arch). tune starts its
-    studies from that table as it would from its own: the table's choice measured first, its evidence
-    sparing the losing kinds' starting points (where it started afresh before, as on a new arch)."""
+    """An H800 has no shipped table; the runtime serves it the nearest one of its arch (132 SMs: of the
+    H100 SXM's and the H200's, the first by name). tune starts its studies from that table as it would
+    from its own: the table's choice measured first, its evidence sparing the losing kinds' starting
+    points (where it started afresh before, as on a new arch)."""
     from generator.search import trial_sources
     from generator.tune import incumbent_tables, run
     from runtime.gpu import GpuIdentity
     from runtime.table import find_table, table_for
 
     monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(tmp_path / "user-tables"))
-    h100 = GpuIdentity("H100-SXM5-80GB", 132, (9, 0), "NVIDIA H100 80GB HBM3")
-    served = table_for(h100).path
-    assert find_table(h100.key) is None and served == REPO / "tuned_configs" / "H200-132SM.json"
-    tables = incumbent_tables(h100.key, tmp_path / "out", served)
-    assert tables == [tmp_path / "out" / "H100-SXM5-80GB-132SM.json", served]
-    bucket = Bucket(32, 2048, 16384, 131072)  # (a bucket the H200 table holds)
-    (with_table,) = run([bucket], FakeMeasurer(), h100.key, "sm90a", 12, tmp_path / "out", tables=tables,
+    h800 = GpuIdentity("H800", 132, (9, 0), "NVIDIA H800")
+    served = table_for(h800).path
+    assert find_table(h800.key) is None and served == REPO / "tuned_configs" / "H100-SXM-132SM.json"
+    tables = incumbent_tables(h800.key, tmp_path / "out", served)
+    assert tables == [tmp_path / "out" / "H800-132SM.json", served]
+    bucket = Bucket(32, 2048, 16384, 131072)  # (a bucket the served table holds)
+    (with_table,) = run([bucket], FakeMeasurer(), h800.key, "sm90a", 12, tmp_path / "out", tables=tables,
                         log=lambda s: None)
-    (afresh,) = run([bucket], FakeMeasurer(), h100.key, "sm90a", 12, tmp_path / "out2", log=lambda s: None)
+    (afresh,) = run([bucket], FakeMeasurer(), h800.key, "sm90a", 12, tmp_path / "out2", log=lambda s: None)
     assert trial_sources(with_table.study)["table"] == 1 and trial_sources(afresh.study)["table"] == 0
     assert trial_sources(with_table.study)["start"] < trial_sources(afresh.study)["start"]  # (losing kinds spared)
 
 
 def test_a_resumed_run_on_a_gpu_without_a_table_still_starts_its_buckets_from_the_borrowed_one(tmp_path, monkeypatch):
-    """The default run writes where the runtime reads: cut short, the H100's own table holds some buckets,
+    """The default run writes where the runtime reads: cut short, the H800's own table holds some buckets,
     and table_for serves it that partial table. On --resume the buckets it lacks still start from the
-    H200 table borrowed before (its choice measured first, its evidence sparing the losing kinds), as
-    they would have in the uninterrupted run, not afresh."""
+    table borrowed before (the H100 SXM's; its choice measured first, its evidence sparing the losing
+    kinds), as they would have in the uninterrupted run, not afresh."""
     from generator.search import trial_sources
     from generator.tune import run, starting_tables
     from runtime.gpu import GpuIdentity
@@ -1101,20 +1102,20 @@ def test_a_resumed_run_on_a_gpu_without_a_table_still_starts_its_buckets_from_th
 
     out = tmp_path / "user-tables"
     monkeypatch.setenv("FUSED_MQA_TOPK_TABLES", str(out))
-    h100 = GpuIdentity("H100-SXM5-80GB", 132, (9, 0), "NVIDIA H100 80GB HBM3")
-    h200_table = REPO / "tuned_configs" / "H200-132SM.json"
-    first, later = Bucket(32, 2048, 4096, 32768), Bucket(32, 2048, 16384, 131072)  # (both in the H200 table)
+    h800 = GpuIdentity("H800", 132, (9, 0), "NVIDIA H800")
+    borrowed = REPO / "tuned_configs" / "H100-SXM-132SM.json"
+    first, later = Bucket(32, 2048, 4096, 32768), Bucket(32, 2048, 16384, 131072)  # (both in the borrowed table)
     said = []
-    tables = starting_tables(h100, out, said.append)
-    assert tables == [out / "H100-SXM5-80GB-132SM.json", h200_table] and "borrowed H200-132SM" in said[0]
-    run([first], FakeMeasurer(), h100.key, "sm90a", 12, out, tables=tables, log=lambda s: None)  # (then cut short)
-    own = out / "H100-SXM5-80GB-132SM.json"
-    assert table_for(h100).path == own and not table_for(h100).borrowed
-    resumed = starting_tables(h100, out)
-    assert resumed == [own, h200_table]  # (what the runtime served before the partial table: the H200's)
-    (bare,) = run([later], FakeMeasurer(), h100.key, "sm90a", 12, tmp_path / "x", tables=[own, own], log=lambda s: None)
+    tables = starting_tables(h800, out, said.append)
+    assert tables == [out / "H800-132SM.json", borrowed] and "borrowed H100-SXM-132SM" in said[0]
+    run([first], FakeMeasurer(), h800.key, "sm90a", 12, out, tables=tables, log=lambda s: None)  # (then cut short)
+    own = out / "H800-132SM.json"
+    assert table_for(h800).path == own and not table_for(h800).borrowed
+    resumed = starting_tables(h800, out)
+    assert resumed == [own, borrowed]  # (what the runtime served before the partial table)
+    (bare,) = run([later], FakeMeasurer(), h800.key, "sm90a", 12, tmp_path / "x", tables=[own, own], log=lambda s: None)
     assert trial_sources(bare.study)["table"] == 0  # (what the resumed run did before: afresh)
-    (result,) = run([later], FakeMeasurer(), h100.key, "sm90a", 12, out, tables=resumed, log=lambda s: None)
+    (result,) = run([later], FakeMeasurer(), h800.key, "sm90a", 12, out, tables=resumed, log=lambda s: None)
     assert trial_sources(result.study)["table"] == 1
     assert trial_sources(result.study)["start"] < trial_sources(bare.study)["start"]  # (losing kinds spared)
 
