@@ -164,13 +164,19 @@ def reclaim_stale(study: optuna.Study, stale_after_s: float) -> list[tuple[str, 
         else:
             continue
         reclaimed.append((claim_of(t) or "(no point)", why))
-        study._storage.set_trial_user_attr(t._trial_id, "reclaimed", why)
-        study._storage.set_trial_system_attr(t._trial_id, CLAIM, None)
-        try:
-            study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
-        except (RuntimeError, ValueError):  # its worker finished it meanwhile
-            pass
+        release(study, t, why)
     return reclaimed
+
+
+def release(study: optuna.Study, trial, why: str) -> None:
+    """Ends a RUNNING trial (a Trial or FrozenTrial) unmeasured: failed, marked "reclaimed" with `why`
+    (study.counts leaves it out of the measured), its point freed for a new trial."""
+    study._storage.set_trial_user_attr(trial._trial_id, "reclaimed", why)
+    study._storage.set_trial_system_attr(trial._trial_id, CLAIM, None)
+    try:
+        study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+    except (RuntimeError, ValueError):  # its worker finished it meanwhile
+        pass
 
 
 def taken(study: optuna.Study, number: int, wait_s: float = 30.0) -> set[str]:

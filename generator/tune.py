@@ -430,18 +430,27 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
         log=print, progress=lambda: None, every_kind: bool = False, design: Design = DEFAULT_DESIGN,
         tables: list[Path | None] | None = None, stale_after_s: float = STALE_TRIAL_S) -> list[BucketResult]:
     """Tunes the buckets in waves of WAVE, rewriting the table after each bucket; once the time budget
-    is spent, the buckets not yet started are skipped, in a wave too (those started are finished: their
-    trials so far would be lost with an in-memory study), the first always runs. A wave's buckets
+    is spent, the buckets not yet started are skipped, in a wave too, and the first always runs. Those
+    a wave started are finished where the studies live in memory (their trials would be lost); in a
+    storage that keeps them, the ones not yet settled are left to `--resume` (the trials asked for them
+    and not measured released: search.release), so that a run ends within about a bucket of its budget
+    (a wave of long buckets ran minutes past it, into its job's limit). A wave's buckets
     are searched up to the model's turn first (their known points and neighbours, compiled before the
     search: first_candidates), then the model's first proposals of all of them are compiled in one
     parallel build (one nvcc round for the wave, not one a bucket), measured, and each bucket's search
     finished and settled. every_kind: start every kernel kind, whatever the tables' evidence. tables:
     where the studies start from (incumbent_tables; default this GPU's own). stale_after_s: a trial
     RUNNING this long is taken for a dead worker's (search.reclaim_stale)."""
+    import optuna
+
+    from .search import release
+
     path = table_path(gpu, out_dir)
     tables = tables or incumbent_tables(gpu, out_dir)
     results: list[BucketResult] = []
     start, build_s = time.monotonic(), 0.0  # (the waves' shared builds: in the table's header, not in tune_s)
+    kept = storage is not None and not isinstance(storage, optuna.storages.InMemoryStorage)
+    left_searched = 0  # buckets part-searched and left to --resume
 
     def spent() -> bool:
         return time_budget_s is not None and time.monotonic() - start > time_budget_s
@@ -464,7 +473,13 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
         if build_fn and variants:
             log(f"the model's first proposals of {len(searched)} buckets: {len(variants)} variants compiled at once "
                 f"in {time.monotonic() - t:.0f} s where not in the cache")
-        for (bucket, study, search_s), asked in zip(searched, batches):
+        for i, ((bucket, study, search_s), asked) in enumerate(zip(searched, batches)):
+            if kept and results and spent():
+                for (_, left_study, _), left_asked in zip(searched[i:], batches[i:]):
+                    for trial, _ in left_asked:
+                        release(left_study, trial, "the run's time budget was spent before it was measured")
+                left_searched = len(searched) - i
+                break
             t = time.monotonic()
             measure_batch(study, bucket, measurer, asked, unbuilt, log, progress)
             search_bucket(study, bucket, measurer, arch, trials, build_fn=build_fn, log=log, progress=progress,
@@ -474,7 +489,9 @@ def run(buckets: list[Bucket], measurer: Measurer, gpu: str, arch: str, trials: 
             results.append(r)
             record(path, gpu, arch, r, {**(meta or {}), "wave_build_s": round(build_s, 1)}, log)
         if len(results) < len(buckets) and spent():
-            log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned")
+            part = (f" ({left_searched} of them part-searched: --resume goes on from their trials)"
+                    if left_searched else "")
+            log(f"time budget of {time_budget_s:.0f} s spent; {len(buckets) - len(results)} buckets left untuned{part}")
             break
     return results
 
@@ -740,7 +757,8 @@ def add_arguments(p) -> None:
     p.add_argument("--every-kind", action="store_true",
                    help="start every kernel kind in every bucket, also those the table shows losing there by over "
                         f"{LOSING_RATIO}x (a GPU unlike the one the table was measured on)")
-    p.add_argument("--time-budget", type=float, default=25.0, help="minutes; buckets left when it runs out are skipped")
+    p.add_argument("--time-budget", type=float, default=25.0, help="minutes; no bucket starts once it is spent (with --storage, "
+                   "the buckets a wave searched and did not settle are left to --resume)")
     p.add_argument("--storage", help="optuna storage: an RDB URL (sqlite:///tune.db, postgresql://...) or journal:PATH "
                                      "(a journal file); studies resume from it, keyed by GPU identity and kernel code")
     p.add_argument("--gpus", metavar="all|N", help="one search worker per local GPU, sharing one storage (default "

@@ -276,6 +276,49 @@ def test_time_budget_starts_no_more_buckets_even_within_a_wave(tmp_path, monkeyp
     assert [r.bucket for r in everything] == buckets
 
 
+def test_with_a_kept_storage_the_budget_stops_a_wave_between_buckets_and_resume_goes_on(tmp_path, monkeypatch):
+    """A wave of long buckets ran minutes past the budget into its job's limit (the H100's default run
+    on 2026-12-06: killed twice, the second time with a batch of asked trials out). Where the studies
+    are kept (--storage), the buckets a wave searched but did not settle are left to --resume once the
+    budget is spent, the trials asked for them released unmeasured (their points free again); the
+    resumed run settles each bucket on its whole budget of measured trials."""
+    from types import SimpleNamespace
+
+    from optuna.trial import TrialState
+
+    import generator.tune as tune
+    from generator.study import counts
+    from generator.workers import storage_for
+
+    clock = [0.0]
+
+    class Clocked(FakeMeasurer):  # each candidate measured takes a second of the run's time
+        def fused_samples(self, v, bucket):
+            clock[0] += 1.0
+            return super().fused_samples(v, bucket)
+
+    monkeypatch.setattr(tune, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(tune, "WAVE", 3)
+    buckets = [Bucket(32, 512, 4096, 32768), Bucket(64, 512, 4096, 32768), Bucket(32, 512, 512, 32768)]
+    url = f"journal:{tmp_path / 'journal.log'}"
+    logs = []
+    # (a budget the wave's searches up to the model's turn stay within: the third starts by 20 s)
+    first = run(buckets, Clocked(), "Fake GPU", "sm90a", trials=12, out_dir=tmp_path, time_budget_s=20.0,
+                storage=storage_for(url), log=logs.append)
+    assert [r.bucket for r in first] == buckets[:1] and [s for s in logs if "budget" in s] == [
+        "time budget of 20 s spent; 2 buckets left untuned (2 of them part-searched: --resume goes on from their trials)"]
+    storage = storage_for(url)
+    released = [t for b in buckets[1:] for t in tune.tuning_study(b, "sm90a", storage, [None], "Fake GPU",
+                                                                  tune.DEFAULT_DESIGN, False, 12).trials
+                if "reclaimed" in t.user_attrs]
+    assert released and all(t.state == TrialState.FAIL for t in released)
+    m = Clocked()
+    rest = run(buckets[1:], m, "Fake GPU", "sm90a", trials=12, out_dir=tmp_path, storage=storage, log=lambda s: None)
+    assert [r.bucket for r in rest] == buckets[1:] and all(r.trials == 12 for r in rest)
+    assert all(counts(r.study)["running"] == 0 and counts(r.study)["measured"] == 12 for r in rest)
+    assert sum(counts(r.study)["reclaimed"] for r in rest) == len(released)  # (not measured, not counted)
+
+
 def test_a_waves_model_proposals_compile_in_one_build_after_every_bucket_reached_the_models_turn(tmp_path):
     """run searches a wave's buckets up to the model's turn (what first_candidates compiled), then
     compiles the model's first proposals of all of them at once: one nvcc round for the wave."""
