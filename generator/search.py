@@ -57,9 +57,9 @@ def this_worker() -> str:
 
 def process_identity(pid: int | str = "self") -> str | None:
     """Which process `pid` is, beyond its number: this boot of the machine (Linux's boot_id) and the
-    process's start time (clock ticks since boot, /proc/PID/stat). Machines of one host name (fresh
-    cloud instances all called "vm") and process ids reused by the next boot or process tell apart so.
-    None where /proc cannot say (not Linux, or no such process)."""
+    process's start time (clock ticks since boot, /proc/PID/stat). It tells apart machines that share a
+    host name (fresh cloud instances all called "vm") and a process id reused after a reboot or by a
+    later process. None where /proc cannot say (not Linux, or no such process)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
@@ -99,8 +99,8 @@ def gone_worker(trial: FrozenTrial) -> bool:
     except ProcessLookupError:
         return True
     except OSError:  # (alive, another user's)
-        return recorded is not None and process_identity(pid) not in (None, recorded)
-    return recorded is not None and process_identity(pid) not in (None, recorded)
+        pass
+    return recorded is not None and process_identity(pid) not in (None, recorded)  # (alive: the same process?)
 
 
 def measured_trials(study: optuna.Study) -> list[FrozenTrial]:
