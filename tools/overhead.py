@@ -13,14 +13,16 @@ tensor maps, the kernel launches), which matters for short chunks. This tool sep
 and the dense path's call alone and graph-replayed, for comparison (its pieces launch two kernels
 each).
 
-With --entry it times the public entries instead, as a server calls them, per shape: fused_mqa_topk
-(AUTO) with validate=False and True, and dense_mqa_topk with validate=False, each
+With --entry it times the public entries instead, per shape: fused_mqa_topk (AUTO) with
+validate=False and True, the same as a server calls it (validate=False, max_visible_keys, the answer
+into a buffer made once: out=), and dense_mqa_topk with validate=False, each
 
     alone        events around one call, synchronised before it: the end-to-end latency
     host         wall time of the Python call itself (perf_counter, GPU idle before it)
-    graph        GPU time only: 20 calls captured and replayed (AUTO, validate=False)
+    graph        GPU time only: 20 calls captured and replayed (validate=False)
 
-and a cProfile of AUTO's host side (the functions that cost most, per call).
+then the host time of one CUDA allocation of the dense path's logits for that chunk (what each call
+of it makes), and a cProfile of AUTO's host side as served (the functions that cost most, per call).
 
 With --paged it times the decode entry instead, per step (BATCHxCONTEXT at --next-n; random_step's
 data, block size 64): paged_mqa_topk (AUTO, validate=False) as called and with the step's layout
@@ -112,7 +114,7 @@ def time_calls(calls: dict) -> None:
             graph = f"{per_call_ms(fn, graph=True) * 1e3:.1f} us" if "validate=False" in name else "-"
         except RuntimeError as e:
             graph = f"not capturable ({str(e).splitlines()[0]})"
-        print(f"  {name:22s} alone {alone * 1e3:7.1f} us, host {host * 1e3:7.1f} us, graph {graph}", flush=True)
+        print(f"  {name:28s} alone {alone * 1e3:7.1f} us, host {host * 1e3:7.1f} us, graph {graph}", flush=True)
 
 
 def paged_costs(shapes: list[str], heads: int, top_k: int, next_n: int) -> int:
@@ -133,18 +135,28 @@ def paged_costs(shapes: list[str], heads: int, top_k: int, next_n: int) -> int:
 
 
 def entry_costs(shapes: list[str], heads: int, top_k: int) -> int:
+    import torch
+
     from generator.workloads import make_workload
     from runtime import dense_mqa_topk, explain, fused_mqa_topk
+    from runtime.dense import logits_bytes
 
     for spec in shapes:
         rows, keys = (int(x) for x in spec.split("x"))
         wl = make_workload("random", rows, keys, heads, top_k, seed=1, device="cuda")
         args = wl.args()
+        out = torch.empty((rows, top_k), dtype=torch.int32, device="cuda")
+        served = lambda: fused_mqa_topk(*args, validate=False, max_visible_keys=keys, out=out)  # noqa: E731
         print(f"h{heads} k{top_k} {rows}x{keys}: {explain(*args).path} ({explain(*args).why})", flush=True)
         time_calls({"AUTO validate=False": lambda: fused_mqa_topk(*args, validate=False),
                     "AUTO validate=True": lambda: fused_mqa_topk(*args),
+                    "AUTO served, validate=False": served,
                     "dense validate=False": lambda: dense_mqa_topk(*args, validate=False)})
-        print_profile(lambda: fused_mqa_topk(*args, validate=False))
+        nbytes = logits_bytes(rows, keys, keys)
+        allocation = host_ms(lambda: torch.empty(nbytes // 4, dtype=torch.float32, device="cuda"))
+        print(f"  the dense path's logits ({nbytes / 2**20:.1f} MiB), allocated: host {allocation * 1e3:.1f} us",
+              flush=True)
+        print_profile(served)
     return 0
 
 
