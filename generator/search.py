@@ -55,19 +55,27 @@ def this_worker() -> str:
     return f"{socket.gethostname()}:gpu{os.environ.get('CUDA_VISIBLE_DEVICES', '*')}:{os.getpid()}"
 
 
-def process_identity(pid: int | str = "self") -> str | None:
-    """Which process `pid` is, beyond its number: this boot of the machine (Linux's boot_id) and the
-    process's start time (clock ticks since boot, /proc/PID/stat). It tells apart machines that share a
-    host name (fresh cloud instances all called "vm") and a process id reused after a reboot or by a
-    later process. None where /proc cannot say (not Linux, or no such process)."""
+def boot_id() -> str | None:
+    """This boot of this machine (Linux's boot_id), or None where /proc cannot say."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def process_identity(pid: int | str = "self") -> str | None:
+    """Which process `pid` is, beyond its number: this boot of the machine (boot_id) and the process's
+    start time (clock ticks since boot, /proc/PID/stat). It tells apart machines that share a host name
+    (fresh cloud instances all called "vm") and a process id reused after a reboot or by a later
+    process. None where /proc cannot say (not Linux, or no such process)."""
+    try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
-    return f"{boot}:{stat.rpartition(')')[2].split()[19]}"  # (field 22, counted after the command's parentheses)
+    boot, started = boot_id(), stat.rpartition(")")[2].split()[19]  # (field 22, after the command's parentheses)
+    return None if boot is None else f"{boot}:{started}"
 
 
 def set_worker(study: optuna.Study, trial) -> None:
@@ -92,7 +100,7 @@ def gone_worker(trial: FrozenTrial) -> bool:
     if host.rpartition(":gpu")[0] != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
         return False
     recorded = trial.system_attrs.get(WORKER_PROCESS)
-    if recorded is not None and recorded.partition(":")[0] != (process_identity() or "").partition(":")[0]:
+    if recorded is not None and recorded.partition(":")[0] != boot_id():
         return False  # another machine of this name, or this one before a reboot
     try:
         os.kill(int(pid), 0)

@@ -855,7 +855,8 @@ def main(args) -> int:
             search_bucket(study_of(bucket, storage), bucket, GpuMeasurer(), arch.name, args.trials,
                           build_fn=lambda vs: build(vs), log=log, stale_after_s=60 * args.reclaim_after)
         return 0
-    meta["prebuild_s"] = round(prebuild(first_candidates(buckets, arch.name, tables, args.trials), lambda vs: build(vs), log), 1)
+    prebuild_s = prebuild(first_candidates(buckets, arch.name, tables, args.trials), lambda vs: build(vs), log)
+    meta["prebuild_s"] = round(prebuild_s, 1)
     if args.gpus:
         url = args.storage or f"{JOURNAL}{out_dir / 'tune-journal.log'}"
         n, per_gpu = gpu_count(args.gpus), max(1, args.workers_per_gpu)

@@ -312,8 +312,7 @@ def test_with_a_kept_storage_the_budget_stops_a_wave_between_buckets_and_resume_
                                                                   tune.DEFAULT_DESIGN, False, 12).trials
                 if "reclaimed" in t.user_attrs]
     assert released and all(t.state == TrialState.FAIL for t in released)
-    m = Clocked()
-    rest = run(buckets[1:], m, "Fake GPU", "sm90a", trials=12, out_dir=tmp_path, storage=storage, log=lambda s: None)
+    rest = run(buckets[1:], Clocked(), "Fake GPU", "sm90a", trials=12, out_dir=tmp_path, storage=storage, log=lambda s: None)
     assert [r.bucket for r in rest] == buckets[1:] and all(r.trials == 12 for r in rest)
     assert all(counts(r.study)["running"] == 0 and counts(r.study)["measured"] == 12 for r in rest)
     assert sum(counts(r.study)["reclaimed"] for r in rest) == len(released)  # (not measured, not counted)
@@ -939,6 +938,12 @@ def test_a_dead_workers_running_trial_is_reclaimed_and_its_point_measured():
     assert counts(study)["measured"] == 3 and counts(study)["reclaimed"] == 1
 
 
+def gone_pid() -> str:
+    """The process id of a process that has exited (a worker killed with its batch)."""
+    return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+
+
 def test_a_resumed_run_reclaims_at_once_the_trials_its_killed_process_left_running():
     """A run killed between asking a batch and measuring it (a job's time limit) leaves the batch's
     trials RUNNING, each recorded with its worker when asked. The same host's next run reclaims them
@@ -959,11 +964,11 @@ def test_a_resumed_run_reclaims_at_once_the_trials_its_killed_process_left_runni
     asked, _ = ask_batch(study, bucket, "sm90a", 3, 100, 12)
     assert len(asked) == 3 and all(t.system_attrs[WORKER].endswith(f":{os.getpid()}") for t in study.get_trials()
                                    if t.state == TrialState.RUNNING)  # (recorded when asked)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = gone_pid()
     host = socket.gethostname()
-    workers = {asked[0][0]._trial_id: f"{host}:gpu*:{dead.stdout.strip()}",  # killed with its batch
+    workers = {asked[0][0]._trial_id: f"{host}:gpu*:{dead}",  # killed with its batch
                asked[1][0]._trial_id: f"{host}:gpu*:{os.getppid()}",  # alive
-               asked[2][0]._trial_id: f"another-host:gpu0:{dead.stdout.strip()}"}
+               asked[2][0]._trial_id: f"another-host:gpu0:{dead}"}
     for trial_id, worker in workers.items():
         study._storage.set_trial_system_attr(trial_id, WORKER, worker)
     # (which process each was, where /proc tells: the live one's own, not the asking process's)
@@ -991,12 +996,11 @@ def test_a_worker_is_told_gone_by_its_machine_boot_and_start_time_not_its_host_n
     import socket
     from types import SimpleNamespace
 
-    from generator.search import WORKER, WORKER_PROCESS, gone_worker, process_identity
+    from generator.search import WORKER, WORKER_PROCESS, boot_id, gone_worker, process_identity
 
     host = socket.gethostname()
-    boot, _, _ = process_identity().partition(":")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    boot = boot_id()
+    dead = gone_pid()
     parent = os.getppid()
 
     def trial(pid, identity):
